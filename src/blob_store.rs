@@ -1,0 +1,297 @@
+//! The content-addressed blob store, `.agent-runtime/artifacts/blobs/<2 hex>/<62 hex>`.
+//!
+//! A blob's name is the sha256 of its bytes, so writing one twice is harmless
+//! and a reader can always check what it got. Writes stream through a temp file
+//! in `tmp/` (bounded memory for any size), `fdatasync`, then publish with
+//! `renameat2(RENAME_NOREPLACE)` and `fsync` the fan-out directory (B2): a blob is
+//! durable before any ledger record names it. Reads re-hash every byte; a blob
+//! that does not match its name, or is not a regular file, is an error and is
+//! never used. Blobs are only ever addressed by hash, never by a path from a ledger.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+
+use rustix::fs::{AtFlags, FileType, RenameFlags};
+use rustix::io::Errno;
+
+use crate::failpoint;
+use crate::fs_util::{self, FsError};
+use crate::hash::{ContentHash, Hasher};
+
+/// Files at most this big are read whole before storing (and skipped when the
+/// store already has them); larger ones stream through a temp file.
+const SMALL_FILE: u64 = 4 * 1024 * 1024;
+
+/// What went wrong with a blob.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// No blob with that hash.
+    #[error("blob_missing: no stored content for {0}")]
+    Missing(ContentHash),
+    /// The stored bytes do not hash to the blob's name.
+    #[error(
+        "blob_hash_mismatch: the stored content for {0} is damaged (its bytes hash to something else)"
+    )]
+    HashMismatch(ContentHash),
+    /// The blob is a symlink, FIFO or other non-regular file.
+    #[error("blob_not_regular: the stored content for {0} is not a regular file")]
+    NotRegular(ContentHash),
+    /// An I/O failure.
+    #[error(transparent)]
+    Io(#[from] FsError),
+}
+
+impl BlobError {
+    /// Returns the stable problem code (`blob_missing`, …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            BlobError::Missing(_) => "blob_missing",
+            BlobError::HashMismatch(_) => "blob_hash_mismatch",
+            BlobError::NotRegular(_) => "blob_not_regular",
+            BlobError::Io(_) => "blob_io",
+        }
+    }
+}
+
+fn rel_name(h: &ContentHash) -> (String, String) {
+    let hex = h.hex();
+    (hex[..2].to_string(), hex[2..].to_string())
+}
+
+/// The blob store of one workspace.
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    rt: Arc<OwnedFd>,
+    blobs: Arc<OnceLock<OwnedFd>>,
+    tmp: Arc<OnceLock<OwnedFd>>,
+}
+
+impl BlobStore {
+    /// Opens the store under the runtime directory `rt`.
+    pub fn new(rt: Arc<OwnedFd>) -> BlobStore {
+        BlobStore {
+            rt,
+            blobs: Arc::default(),
+            tmp: Arc::default(),
+        }
+    }
+
+    fn err(op: &'static str, what: &str, e: impl Into<io::Error>) -> BlobError {
+        BlobError::Io(FsError::new(op, format!(".agent-runtime/{what}"), e.into()))
+    }
+
+    fn blobs_dir(&self) -> Result<&OwnedFd, BlobError> {
+        if let Some(fd) = self.blobs.get() {
+            return Ok(fd);
+        }
+        let (art, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "artifacts")
+            .map_err(|e| Self::err("open", "artifacts", e))?;
+        let (b, _) = fs_util::open_or_create_private_dir(art.as_fd(), "blobs")
+            .map_err(|e| Self::err("open", "artifacts/blobs", e))?;
+        Ok(self.blobs.get_or_init(|| b))
+    }
+
+    fn tmp_dir(&self) -> Result<&OwnedFd, BlobError> {
+        if let Some(fd) = self.tmp.get() {
+            return Ok(fd);
+        }
+        let (t, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "tmp")
+            .map_err(|e| Self::err("open", "tmp", e))?;
+        Ok(self.tmp.get_or_init(|| t))
+    }
+
+    /// True when a blob with this hash is stored (its bytes are not re-hashed here).
+    pub fn contains(&self, h: &ContentHash) -> bool {
+        self.stored_size(h).is_some()
+    }
+
+    fn stored_size(&self, h: &ContentHash) -> Option<u64> {
+        let (fan, rest) = rel_name(h);
+        let blobs = self.blobs_dir().ok()?;
+        let fanfd = fs_util::open_dir(blobs.as_fd(), &fan).ok()?;
+        match rustix::fs::statat(&fanfd, rest.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                Some(st.st_size as u64)
+            }
+            _ => None,
+        }
+    }
+
+    /// Stores `data`; returns its hash. Does nothing if it is already stored.
+    pub fn put_bytes(&self, data: &[u8]) -> Result<ContentHash, BlobError> {
+        let h = ContentHash::of(data);
+        if self.stored_size(&h) == Some(data.len() as u64) {
+            return Ok(h);
+        }
+        let tmp = self.tmp_dir()?;
+        let name = fs_util::temp_name("blob-");
+        let mut f = fs_util::create_excl(tmp.as_fd(), OsStr::new(&name), 0o600)
+            .map_err(|e| Self::err("create", "tmp", e))?;
+        let res = f.write_all(data).and_then(|_| fs_util::sync_data(&f));
+        drop(f);
+        if let Err(e) = res {
+            let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
+            return Err(Self::err("write", "tmp", e));
+        }
+        self.publish(&name, &h)?;
+        Ok(h)
+    }
+
+    /// Stores everything `reader` yields, in bounded memory; returns hash and size.
+    pub fn put_reader(&self, reader: &mut dyn Read) -> Result<(ContentHash, u64), BlobError> {
+        let tmp = self.tmp_dir()?;
+        let name = fs_util::temp_name("blob-");
+        let mut f = fs_util::create_excl(tmp.as_fd(), OsStr::new(&name), 0o600)
+            .map_err(|e| Self::err("create", "tmp", e))?;
+        let mut hasher = Hasher::new();
+        let mut buf = vec![0u8; 1024 * 1024];
+        let mut total = 0u64;
+        let res: io::Result<()> = (|| {
+            loop {
+                let n = match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                hasher.update(&buf[..n]);
+                f.write_all(&buf[..n])?;
+                total += n as u64;
+            }
+            failpoint::hit("blob.after_tmp_write")?;
+            fs_util::sync_data(&f)
+        })();
+        drop(f);
+        if let Err(e) = res {
+            let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
+            return Err(Self::err("store", "tmp", e));
+        }
+        let h = hasher.finish();
+        if self.stored_size(&h) == Some(total) {
+            let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
+            return Ok((h, total));
+        }
+        self.publish(&name, &h)?;
+        Ok((h, total))
+    }
+
+    /// Stores the contents of an open regular file.
+    pub fn put_file(&self, file: &mut File) -> Result<(ContentHash, u64), BlobError> {
+        let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+        if size <= SMALL_FILE {
+            let mut data = Vec::with_capacity(size as usize);
+            file.read_to_end(&mut data)
+                .map_err(|e| Self::err("read", "source file", e))?;
+            let n = data.len() as u64;
+            return Ok((self.put_bytes(&data)?, n));
+        }
+        self.put_reader(file)
+    }
+
+    fn publish(&self, tmp_name: &str, h: &ContentHash) -> Result<(), BlobError> {
+        let tmp = self.tmp_dir()?;
+        let blobs = self.blobs_dir()?;
+        let (fan, rest) = rel_name(h);
+        failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "blob", e))?;
+        let (fanfd, _) = fs_util::open_or_create_private_dir(blobs.as_fd(), &fan)
+            .map_err(|e| Self::err("create", "artifacts/blobs", e))?;
+        match rustix::fs::renameat_with(
+            tmp,
+            tmp_name,
+            &fanfd,
+            rest.as_str(),
+            RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => {}
+            Err(Errno::EXIST) => {
+                // Someone stored the same bytes first. Keep theirs if it is sound;
+                // if it is damaged, our verified copy replaces it.
+                if self.check(h).is_ok() {
+                    let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+                    return Ok(());
+                }
+                if let Err(e) = rustix::fs::renameat(tmp, tmp_name, &fanfd, rest.as_str()) {
+                    let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+                    return Err(Self::err("repair", "blob", e));
+                }
+            }
+            Err(Errno::INVAL) | Err(Errno::NOSYS) => {
+                // File systems without RENAME_NOREPLACE: link + unlink is just as exclusive.
+                match rustix::fs::linkat(tmp, tmp_name, &fanfd, rest.as_str(), AtFlags::empty()) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(Self::err("publish", "blob", e)),
+                }
+                let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+            }
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+                return Err(Self::err("publish", "blob", e));
+            }
+        }
+        // The new name is durable only once its directory is synced.
+        fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
+        failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;
+        Ok(())
+    }
+
+    fn open(&self, h: &ContentHash) -> Result<File, BlobError> {
+        let (fan, rest) = rel_name(h);
+        let blobs = self.blobs_dir()?;
+        let fanfd = match fs_util::open_dir(blobs.as_fd(), &fan) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(BlobError::Missing(*h)),
+            Err(_) => return Err(BlobError::NotRegular(*h)),
+        };
+        match fs_util::open_regular_at(fanfd.as_fd(), OsStr::new(&rest)) {
+            Ok(f) => Ok(f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(BlobError::Missing(*h)),
+            Err(e) if e.to_string().starts_with("E_NOT_REGULAR") => Err(BlobError::NotRegular(*h)),
+            Err(e) => Err(Self::err("open", "artifacts/blobs", e)),
+        }
+    }
+
+    /// Returns a blob's bytes after checking they hash to its name.
+    pub fn get(&self, h: &ContentHash) -> Result<Vec<u8>, BlobError> {
+        let mut f = self.open(h)?;
+        let mut v = Vec::new();
+        f.read_to_end(&mut v)
+            .map_err(|e| Self::err("read", "artifacts/blobs", e))?;
+        if ContentHash::of(&v) != *h {
+            return Err(BlobError::HashMismatch(*h));
+        }
+        Ok(v)
+    }
+
+    /// Streams a blob into `w`, checking the hash at the end. On `Err` the caller
+    /// must discard what it received.
+    pub fn copy_to(&self, h: &ContentHash, w: &mut dyn Write) -> Result<u64, BlobError> {
+        let mut f = self.open(h)?;
+        let mut hasher = Hasher::new();
+        let mut buf = vec![0u8; 1024 * 1024];
+        let mut total = 0u64;
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Self::err("read", "artifacts/blobs", e)),
+            };
+            hasher.update(&buf[..n]);
+            w.write_all(&buf[..n])
+                .map_err(|e| Self::err("copy", "blob", e))?;
+            total += n as u64;
+        }
+        if hasher.finish() != *h {
+            return Err(BlobError::HashMismatch(*h));
+        }
+        Ok(total)
+    }
+
+    /// Checks that a blob exists, is a regular file and hashes to its name.
+    pub fn check(&self, h: &ContentHash) -> Result<(), BlobError> {
+        self.copy_to(h, &mut io::sink()).map(|_| ())
+    }
+}

@@ -1,0 +1,409 @@
+//! Recording a call through the library: begin a call (store the before state
+//! of its files), write files through ckpt (atomically, inside the workspace),
+//! end the call (store the after state, one `file_patch` per changed file, then
+//! the final status). Hooks use the same building blocks.
+//!
+//! Ordering (B1/B2): every blob and patch artifact a record names is durable
+//! before the record is appended; the `started` record is durable before the
+//! first write to the workspace.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+
+use serde_json::Value;
+
+use crate::fs_util::{EntryKind, FsError};
+use crate::hash::ContentHash;
+use crate::patch::{self, Side};
+use crate::paths::RelPath;
+use crate::record::{
+    Body, CallStatus, Compensation, Draft, FilePatch, Idempotency, PatchOp, PatchSource,
+    ReplayPolicy, Risk, SYMLINK_MODE, ToolCall, file_mode_string,
+};
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The state of one path, with its content stored as a blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileState {
+    /// Nothing at the path.
+    Absent,
+    /// A regular file.
+    File {
+        /// Its content's hash (stored).
+        hash: ContentHash,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A symlink; the blob holds the target bytes.
+    Symlink {
+        /// Hash of the target bytes (stored).
+        hash: ContentHash,
+    },
+    /// A directory, FIFO, socket or device: not content ckpt records.
+    NotAFile,
+}
+
+impl FileState {
+    /// The content hash (`None` when absent or not a file).
+    pub fn hash(&self) -> Option<ContentHash> {
+        match self {
+            FileState::File { hash, .. } | FileState::Symlink { hash } => Some(*hash),
+            _ => None,
+        }
+    }
+
+    /// The git-style mode string (`None` when absent).
+    pub fn mode_string(&self) -> Option<String> {
+        match self {
+            FileState::File { mode, .. } => Some(file_mode_string(*mode)),
+            FileState::Symlink { .. } => Some(SYMLINK_MODE.to_string()),
+            _ => None,
+        }
+    }
+}
+
+fn fs_err(op: &'static str, rel: &RelPath, e: std::io::Error) -> WorkspaceError {
+    WorkspaceError::Io(FsError::new(op, rel.display().to_string(), e))
+}
+
+/// Reads the path's current state and stores its content as a blob.
+pub fn snapshot(ws: &Workspace, rel: &RelPath) -> Result<FileState, WorkspaceError> {
+    match ws
+        .files()
+        .entry(rel)
+        .map_err(|e| fs_err("inspect", rel, e))?
+    {
+        EntryKind::Absent => Ok(FileState::Absent),
+        EntryKind::File { mode, .. } => {
+            let mut f = ws
+                .files()
+                .open_read(rel)
+                .map_err(|e| fs_err("read", rel, e))?;
+            let (hash, _) = ws.blobs().put_file(&mut f)?;
+            Ok(FileState::File {
+                hash,
+                mode: mode & 0o777,
+            })
+        }
+        EntryKind::Symlink(target) => Ok(FileState::Symlink {
+            hash: ws.blobs().put_bytes(&target)?,
+        }),
+        EntryKind::Dir | EntryKind::Special => Ok(FileState::NotAFile),
+    }
+}
+
+/// Builds the `file_patch` draft (and writes its diff artifact) for one path
+/// whose state went from `before` to `after`. Returns `None` when nothing changed.
+pub fn patch_for(
+    ws: &Workspace,
+    call: &str,
+    session: Option<&str>,
+    rel: &RelPath,
+    before: &FileState,
+    after: &FileState,
+    source: PatchSource,
+) -> Result<Option<(Draft, FilePatch)>, WorkspaceError> {
+    if before == after {
+        return Ok(None);
+    }
+    let op = match (before.hash(), after.hash()) {
+        (None, None) => return Ok(None),
+        (None, Some(_)) => PatchOp::Create,
+        (Some(_), None) => PatchOp::Delete,
+        (Some(a), Some(b)) if a == b && before.mode_string() != after.mode_string() => {
+            if matches!(before, FileState::Symlink { .. })
+                == matches!(after, FileState::Symlink { .. })
+            {
+                PatchOp::Mode
+            } else {
+                PatchOp::Modify
+            }
+        }
+        (Some(_), Some(_)) => PatchOp::Modify,
+    };
+    let load = |s: &FileState| -> Result<Option<Vec<u8>>, WorkspaceError> {
+        match s.hash() {
+            Some(h) => Ok(Some(ws.blobs().get(&h)?)),
+            None => Ok(None),
+        }
+    };
+    let (b, a) = (load(before)?, load(after)?);
+    let binary =
+        b.as_deref().is_some_and(patch::is_binary) || a.as_deref().is_some_and(patch::is_binary);
+    let (bm, am) = (before.mode_string(), after.mode_string());
+    let diff = patch::unified_diff(
+        rel.as_bytes(),
+        Side {
+            bytes: b.as_deref(),
+            mode: bm.as_deref(),
+        },
+        Side {
+            bytes: a.as_deref(),
+            mode: am.as_deref(),
+        },
+    );
+    let id = ws.clock().new_id("p_");
+    let patch_ref = write_patch_artifact(ws, &id, &diff)?;
+    let fp = FilePatch {
+        patch: id,
+        call: call.to_string(),
+        path: rel.clone(),
+        op,
+        from_path: None,
+        before_hash: before.hash(),
+        after_hash: after.hash(),
+        before_mode: bm,
+        after_mode: am,
+        binary,
+        patch_ref: Some(patch_ref),
+        source,
+    };
+    Ok(Some((
+        Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),
+        fp,
+    )))
+}
+
+/// Writes `artifacts/patches/<id>.diff` durably; returns its reference.
+pub fn write_patch_artifact(
+    ws: &Workspace,
+    id: &str,
+    diff: &[u8],
+) -> Result<String, WorkspaceError> {
+    let rt = ws.runtime_dir();
+    let err = |e: std::io::Error| {
+        WorkspaceError::Io(FsError::new(
+            "write",
+            format!(".agent-runtime/artifacts/patches/{id}.diff"),
+            e,
+        ))
+    };
+    let (art, _) =
+        crate::fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts").map_err(err)?;
+    let (dir, _) =
+        crate::fs_util::open_or_create_private_dir(art.as_fd(), "patches").map_err(err)?;
+    let name = format!("{id}.diff");
+    crate::fs_util::write_atomic(dir.as_fd(), name.as_ref(), diff, 0o600, true).map_err(err)?;
+    Ok(format!("artifacts/patches/{name}"))
+}
+
+/// Options for [`Workspace::begin_call`].
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The session (conversation) the call belongs to.
+    pub session: Option<String>,
+    /// The call id; a new `call_…` id when `None`.
+    pub call: Option<String>,
+    /// The tool's name.
+    pub tool: String,
+    /// Paths the call will touch (their before state is stored now).
+    pub paths: Vec<RelPath>,
+    /// The tool input (its hash is recorded).
+    pub input: Option<Value>,
+    /// Catalog fields.
+    pub risk: Option<Risk>,
+    /// Catalog fields.
+    pub idempotency: Option<Idempotency>,
+    /// Catalog fields.
+    pub replay_policy: Option<ReplayPolicy>,
+    /// `["fs"]`, `["network"]`, …
+    pub side_effects: Vec<String>,
+    /// A registered compensation.
+    pub compensation: Option<Compensation>,
+}
+
+/// What a finished call recorded.
+#[derive(Debug, Clone)]
+pub struct CallStats {
+    /// The call id.
+    pub call: String,
+    /// One patch per changed file.
+    pub patches: Vec<FilePatch>,
+}
+
+/// A call in progress, recorded as `started`.
+#[must_use = "finish() records how the call ended; without it the call stays in doubt"]
+pub struct CallHandle<'w> {
+    ws: &'w Workspace,
+    id: String,
+    session: Option<String>,
+    tool: String,
+    before: BTreeMap<RelPath, FileState>,
+}
+
+impl Workspace {
+    /// Begins a call: stores the before state of `paths`, then appends `started`.
+    pub fn begin_call(&self, opts: CallOptions) -> Result<CallHandle<'_>, WorkspaceError> {
+        let CallOptions {
+            session,
+            call,
+            tool,
+            paths,
+            input,
+            risk,
+            idempotency,
+            replay_policy,
+            side_effects,
+            compensation,
+        } = opts;
+        let id = call.unwrap_or_else(|| self.clock().new_id("call_"));
+        let mut before = BTreeMap::new();
+        for p in &paths {
+            before.insert(p.clone(), snapshot(self, p)?);
+        }
+        let input_hash = input
+            .as_ref()
+            .map(|v| ContentHash::of(v.to_string().as_bytes()));
+        self.ledger().append(Draft::in_session(
+            session.clone(),
+            Body::ToolCall(ToolCall {
+                call: id.clone(),
+                step: 1,
+                tool: tool.clone(),
+                status: CallStatus::Started,
+                input_hash,
+                risk,
+                idempotency,
+                replay_policy,
+                side_effects,
+                paths,
+                result_ref: None,
+                compensation,
+                error: None,
+                agent: Some("library".into()),
+            }),
+        ))?;
+        Ok(CallHandle {
+            ws: self,
+            id,
+            session,
+            tool,
+            before,
+        })
+    }
+}
+
+impl CallHandle<'_> {
+    /// The call id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn ensure_before(&mut self, rel: &RelPath) -> Result<(), WorkspaceError> {
+        if !self.before.contains_key(rel) {
+            let s = snapshot(self.ws, rel)?;
+            self.before.insert(rel.clone(), s);
+        }
+        Ok(())
+    }
+
+    /// Writes a file through ckpt: its before state is stored first, then the new
+    /// bytes are written atomically beneath the workspace root. A new file gets
+    /// mode 0644; an existing one keeps its mode.
+    pub fn write_file(&mut self, rel: &RelPath, data: &[u8]) -> Result<(), WorkspaceError> {
+        self.ensure_before(rel)?;
+        let mode = match &self.before[rel] {
+            FileState::File { mode, .. } => *mode,
+            FileState::NotAFile => {
+                return Err(fs_err(
+                    "write",
+                    rel,
+                    std::io::Error::other("it is a directory or special file"),
+                ));
+            }
+            _ => 0o644,
+        };
+        self.ws
+            .files()
+            .write_file(rel, data, mode)
+            .map_err(|e| fs_err("write", rel, e))
+    }
+
+    /// Deletes a file through ckpt (its content is stored first).
+    pub fn delete_file(&mut self, rel: &RelPath) -> Result<(), WorkspaceError> {
+        self.ensure_before(rel)?;
+        self.ws
+            .files()
+            .remove(rel)
+            .map_err(|e| fs_err("delete", rel, e))
+    }
+
+    /// Ends the call: stores the after state of every path, appends one
+    /// `file_patch` per change and the final status, in one durable append.
+    pub fn finish(
+        self,
+        status: CallStatus,
+        error: Option<String>,
+    ) -> Result<CallStats, WorkspaceError> {
+        let mut drafts = Vec::new();
+        let mut patches = Vec::new();
+        for (rel, before) in &self.before {
+            let after = snapshot(self.ws, rel)?;
+            if let Some((d, p)) = patch_for(
+                self.ws,
+                &self.id,
+                self.session.as_deref(),
+                rel,
+                before,
+                &after,
+                PatchSource::EditTool,
+            )? {
+                drafts.push(d);
+                patches.push(p);
+            }
+        }
+        drafts.push(Draft::in_session(
+            self.session.clone(),
+            Body::ToolCall(ToolCall {
+                call: self.id.clone(),
+                step: 2,
+                tool: self.tool.clone(),
+                status,
+                input_hash: None,
+                risk: None,
+                idempotency: None,
+                replay_policy: None,
+                side_effects: Vec::new(),
+                paths: self.before.keys().cloned().collect(),
+                result_ref: None,
+                compensation: None,
+                error,
+                agent: Some("library".into()),
+            }),
+        ));
+        let mut lock = self.ws.ledger().lock()?;
+        lock.append(&drafts)?;
+        Ok(CallStats {
+            call: self.id,
+            patches,
+        })
+    }
+}
+
+/// Reads a patch's diff artifact. The id must be a plain id (letters, digits,
+/// `_`, `-`): the path is built from it, never taken from a ledger field.
+pub fn read_patch_artifact(ws: &Workspace, patch: &str) -> Result<Vec<u8>, WorkspaceError> {
+    let err = |e: std::io::Error| {
+        WorkspaceError::Io(FsError::new(
+            "read",
+            format!(".agent-runtime/artifacts/patches/{patch}.diff"),
+            e,
+        ))
+    };
+    if patch.is_empty()
+        || patch.len() > 64
+        || !patch
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(err(std::io::Error::other("not a patch id")));
+    }
+    let rt = ws.runtime_dir();
+    let art = crate::fs_util::open_dir(rt.as_fd(), "artifacts").map_err(err)?;
+    let dir = crate::fs_util::open_dir(art.as_fd(), "patches").map_err(err)?;
+    let mut f = crate::fs_util::open_regular_at(dir.as_fd(), format!("{patch}.diff").as_ref())
+        .map_err(err)?;
+    let mut v = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut v).map_err(err)?;
+    Ok(v)
+}

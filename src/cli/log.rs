@@ -1,0 +1,69 @@
+use super::error::{CommandError, OK};
+use super::render::{describe, short_time};
+use super::{Ctx, Ui};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Only records of this session
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// Only the last N records
+    #[arg(short = 'n', long, value_name = "N")]
+    limit: Option<usize>,
+}
+
+pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+    let ws = ctx.open()?;
+    let mut rows: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
+    let read = ws.ledger().scan(|raw, rec| {
+        if args.session.is_none() || rec.session == args.session {
+            rows.push((if ui.json { raw.to_vec() } else { Vec::new() }, rec));
+        }
+        Ok(())
+    })?;
+    if let Some(n) = args.limit {
+        let skip = rows.len().saturating_sub(n);
+        rows.drain(..skip);
+    }
+    if ui.json {
+        // Records are embedded exactly as stored: each line is a JSON object.
+        let out = ui.out();
+        out.write_all(b"{\"records\": [")?;
+        for (i, (raw, _)) in rows.iter().enumerate() {
+            out.write_all(if i == 0 { b"\n  " } else { b",\n  " })?;
+            out.write_all(raw)?;
+        }
+        out.write_all(b"\n]}\n")?;
+    } else {
+        if rows.is_empty() {
+            ui.line("the ledger is empty: nothing recorded yet")?;
+        }
+        for (_, r) in &rows {
+            let (kind, text) = describe(r);
+            let kind = format!("{kind:<10}");
+            let session = r
+                .session
+                .as_deref()
+                .map(|s| format!("  [{s}]"))
+                .unwrap_or_default();
+            let line = format!(
+                "{:>5}  {}  {}  {text}{session}",
+                r.seq,
+                short_time(&r.ts),
+                ui.paint("1", &kind)
+            );
+            ui.line(&line)?;
+        }
+    }
+    if let Some(c) = &read.corruption {
+        super::ui::note(&format!(
+            "warning: the ledger is damaged at seq {} ({}); records after it are not shown; run `ckpt verify`",
+            c.seq, c.problem
+        ));
+    } else if read.torn.is_some() {
+        super::ui::note(
+            "note: the ledger ends with a torn record (a crash mid-write); the next ckpt write repairs it",
+        );
+    }
+    Ok(OK)
+}

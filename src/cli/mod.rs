@@ -1,0 +1,190 @@
+//! Command-line definitions and dispatch. One file per command; each parses its
+//! arguments, makes one library call and renders the result.
+
+mod checkpoint;
+mod demo;
+pub mod error;
+mod init;
+mod log;
+mod render;
+mod show;
+pub mod ui;
+mod verify;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use ckpt::{Clock, OpenOptions, Workspace};
+use error::CommandError;
+use ui::Ui;
+
+/// Record every change a coding agent makes and take back exactly the agent's work
+#[derive(Parser, Debug)]
+#[command(name = "ckpt", version, about, max_term_width = 100)]
+pub struct Cli {
+    /// The workspace to use (default: the git top level, else the current directory)
+    #[arg(long, global = true, env = "CKPT_WORKSPACE", value_name = "DIR")]
+    workspace: Option<PathBuf>,
+
+    /// Print one JSON document on stdout instead of human output
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create .agent-runtime/ in the workspace
+    Init(init::Args),
+    /// Make a checkpoint; prints its id
+    Checkpoint(checkpoint::Args),
+    /// Show the timeline: checkpoints, calls, patches, actions, user edits
+    Log(log::Args),
+    /// Show one checkpoint, call or patch, with its diff
+    Show(show::Args),
+    /// Check the ledger chain, every referenced blob and artifact, every checkpoint
+    Verify(verify::Args),
+    /// Play a whole story in a scratch workspace and narrate it
+    Demo(demo::Args),
+}
+
+/// Process-level settings taken from the environment (the library never reads it).
+struct Env {
+    clock: Option<(u64, u64)>,
+    no_color: bool,
+}
+
+fn read_env() -> Result<Env, CommandError> {
+    if let Ok(spec) = std::env::var("CKPT_FAILPOINTS") {
+        ckpt::failpoint::configure(&spec).map_err(|bad| {
+            CommandError::usage(format!(
+                "CKPT_FAILPOINTS has an entry ckpt does not understand: {bad}"
+            ))
+        })?;
+    }
+    if std::env::var("CKPT_TEST_FSYNC").is_ok_and(|v| v == "0") {
+        ckpt::set_durability(false);
+    }
+    let clock = match std::env::var("CKPT_TIMESTAMP") {
+        Ok(t) => {
+            let secs: u64 = t.parse().map_err(|_| {
+                CommandError::usage("CKPT_TIMESTAMP must be Unix seconds (e.g. 1796000000)")
+            })?;
+            let seed = std::env::var("CKPT_ID_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
+            Some((secs * 1000, seed))
+        }
+        Err(_) => None,
+    };
+    Ok(Env {
+        clock,
+        no_color: std::env::var_os("NO_COLOR").is_some(),
+    })
+}
+
+pub struct Ctx {
+    pub workspace: PathBuf,
+    clock: Option<(u64, u64)>,
+}
+
+impl Ctx {
+    pub fn clock(&self) -> Clock {
+        match self.clock {
+            Some((ms, seed)) => Clock::fixed(ms, seed),
+            None => Clock::system(),
+        }
+    }
+
+    pub fn open(&self) -> Result<Workspace, CommandError> {
+        Ok(Workspace::open(
+            &self.workspace,
+            OpenOptions {
+                clock: self.clock(),
+            },
+        )?)
+    }
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                error::USAGE
+            } else {
+                error::OK
+            };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let env = match read_env() {
+        Ok(e) => e,
+        Err(e) => {
+            ui::note(&format!("error: {e}"));
+            return e.code;
+        }
+    };
+    let mut ui = Ui::new(cli.json, env.no_color);
+    let workspace = match &cli.workspace {
+        Some(w) => w.clone(),
+        None => match std::env::current_dir() {
+            Ok(cwd) => ckpt::workspace::discover(&cwd),
+            Err(e) => {
+                ui::note(&format!(
+                    "error: cannot read the current directory: {e}; pass --workspace DIR"
+                ));
+                return error::ERROR;
+            }
+        },
+    };
+    let workspace = if workspace.is_absolute() {
+        workspace
+    } else {
+        std::env::current_dir()
+            .map(|c| c.join(&workspace))
+            .unwrap_or(workspace)
+    };
+    let ctx = Ctx {
+        workspace,
+        clock: env.clock,
+    };
+    let result = match &cli.command {
+        Command::Init(a) => init::run(&mut ui, &ctx, a),
+        Command::Checkpoint(a) => checkpoint::run(&mut ui, &ctx, a),
+        Command::Log(a) => log::run(&mut ui, &ctx, a),
+        Command::Show(a) => show::run(&mut ui, &ctx, a),
+        Command::Verify(a) => verify::run(&mut ui, &ctx, a),
+        Command::Demo(a) => demo::run(&mut ui, &ctx, a),
+    };
+    let flushed = ui.flush();
+    match result {
+        Ok(code) => {
+            if let Err(e) = flushed {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return code;
+                }
+                ui::note(&format!("error: cannot write output: {e}"));
+                return error::ERROR;
+            }
+            code
+        }
+        Err(e) => {
+            if e.message.contains("Broken pipe") {
+                return e.code;
+            }
+            if cli.json {
+                let doc = serde_json::json!({"error": e.message, "exit_code": e.code});
+                let _ = ui.json(&doc);
+                let _ = ui.flush();
+            }
+            ui::note(&format!("error: {}", e.message));
+            e.code
+        }
+    }
+}

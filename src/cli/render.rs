@@ -1,0 +1,108 @@
+//! Human one-line descriptions of ledger records, shared by `log` and `show`.
+
+use ckpt::Record;
+use ckpt::record::{Body, PatchOp};
+
+/// Returns the short kind label and a one-line description of a record.
+pub fn describe(r: &Record) -> (&'static str, String) {
+    match &r.body {
+        Body::ToolCall(c) => {
+            let mut s = format!(
+                "{} {} {}",
+                c.call,
+                c.tool,
+                format!("{:?}", c.status).to_lowercase()
+            );
+            if !c.paths.is_empty() {
+                let shown: Vec<String> = c.paths.iter().take(3).map(|p| p.to_string()).collect();
+                s.push_str(&format!(
+                    " [{}{}]",
+                    shown.join(", "),
+                    if c.paths.len() > 3 { ", …" } else { "" }
+                ));
+            }
+            if let Some(e) = &c.error {
+                s.push_str(&format!(": {}", first_line(e)));
+            }
+            ("call", s)
+        }
+        Body::FilePatch(p) => {
+            let op = match p.op {
+                PatchOp::Create => "create",
+                PatchOp::Modify => "modify",
+                PatchOp::Delete => "delete",
+                PatchOp::Rename => "rename",
+                PatchOp::Mode => "mode",
+            };
+            let mut s = format!("{} {op} {}", p.patch, p.path);
+            if let Some(f) = &p.from_path {
+                s.push_str(&format!(" (from {f})"));
+            }
+            s.push_str(&format!(" by {}", p.call));
+            if p.binary {
+                s.push_str(" (binary)");
+            }
+            ("patch", s)
+        }
+        Body::Checkpoint(c) => {
+            let mut s = c.checkpoint.clone();
+            if let Some(l) = &c.label {
+                s.push_str(&format!(" \"{}\"", first_line(l)));
+            }
+            s.push_str(&format!(" (covers seq ≤ {})", c.upto_seq));
+            if let Some(g) = &c.git {
+                if let Some(h) = &g.head {
+                    s.push_str(&format!(
+                        " git {}{}",
+                        &h[..h.len().min(10)],
+                        if g.dirty { " dirty" } else { "" }
+                    ));
+                }
+            }
+            ("checkpoint", s)
+        }
+        Body::SessionEntry(e) => (
+            "session",
+            format!(
+                "{} {:?} parent {}",
+                e.entry,
+                e.entry_type,
+                e.parent.as_deref().unwrap_or("-")
+            )
+            .to_lowercase(),
+        ),
+        Body::UserEdit(u) => ("user_edit", format!("{}", u.path)),
+        Body::Action(a) => (
+            "action",
+            format!("{} {:?} {:?}", a.action, a.action_type, a.status).to_lowercase(),
+        ),
+        Body::Conflict(c) => (
+            "conflict",
+            format!("{} {} {:?}", c.conflict, c.path, c.resolution).to_lowercase(),
+        ),
+        Body::Repair(rp) => (
+            "repair",
+            format!(
+                "cut {} torn bytes off the ledger (backup {})",
+                rp.dropped_bytes, rp.backup
+            ),
+        ),
+        Body::Unknown { kind } => ("unknown", format!("record of kind `{kind}` (skipped)")),
+    }
+}
+
+pub fn first_line(s: &str) -> String {
+    let l = s.lines().next().unwrap_or("");
+    if l.chars().count() > 80 {
+        format!("{}…", l.chars().take(79).collect::<String>())
+    } else {
+        l.to_string()
+    }
+}
+
+/// `2026-11-29T08:23:12.123Z` → `2026-11-29 08:23:12`.
+pub fn short_time(ts: &str) -> String {
+    ts.get(..19)
+        .map(|s| s.replace('T', " "))
+        .unwrap_or_else(|| ts.to_string())
+}

@@ -1,0 +1,127 @@
+use ckpt::record::Body;
+
+use super::error::{CommandError, OK};
+use super::render::{describe, short_time};
+use super::{Ctx, Ui};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A checkpoint, call, patch, action or conflict id
+    id: String,
+}
+
+fn matches(rec: &ckpt::Record, id: &str) -> bool {
+    match &rec.body {
+        Body::ToolCall(c) => c.call == id,
+        Body::FilePatch(p) => p.patch == id || p.call == id,
+        Body::Checkpoint(c) => c.checkpoint == id,
+        Body::Action(a) => a.action == id,
+        Body::Conflict(c) => c.conflict == id || c.action == id,
+        Body::SessionEntry(e) => e.entry == id,
+        _ => false,
+    }
+}
+
+pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+    let ws = ctx.open()?;
+    let id = args.id.as_str();
+    let mut found: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
+    ws.ledger().scan(|raw, rec| {
+        if matches(&rec, id) {
+            found.push((raw.to_vec(), rec));
+        }
+        Ok(())
+    })?;
+    if found.is_empty() {
+        return Err(ckpt::WorkspaceError::UnknownId(id.to_string()).into());
+    }
+    let kind = match &found[0].1.body {
+        Body::Checkpoint(_) => "checkpoint",
+        Body::ToolCall(_) => "call",
+        Body::FilePatch(p) if p.patch == id => "patch",
+        Body::FilePatch(_) => "call",
+        Body::Action(_) => "action",
+        Body::Conflict(_) => "conflict",
+        Body::SessionEntry(_) => "session_entry",
+        _ => "record",
+    };
+    let mut diffs: Vec<(String, Vec<u8>)> = Vec::new();
+    for (_, r) in &found {
+        if let Body::FilePatch(p) = &r.body {
+            let d = ckpt::call::read_patch_artifact(&ws, &p.patch)
+                .unwrap_or_else(|e| format!("(patch artifact unavailable: {e})\n").into_bytes());
+            diffs.push((p.patch.clone(), d));
+        }
+    }
+    let checkpoint_file = match &found[0].1.body {
+        Body::Checkpoint(c) => Some(ws.checkpoint_file(&c.checkpoint)),
+        _ => None,
+    };
+    if ui.json {
+        let out = ui.out();
+        write!(
+            out,
+            "{{\"id\": {}, \"kind\": \"{kind}\", \"records\": [",
+            serde_json::to_string(id).unwrap_or_default()
+        )?;
+        for (i, (raw, _)) in found.iter().enumerate() {
+            out.write_all(if i == 0 { b"\n  " } else { b",\n  " })?;
+            out.write_all(raw)?;
+        }
+        out.write_all(b"\n], \"diffs\": {")?;
+        for (i, (pid, d)) in diffs.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            write!(
+                out,
+                "\n  {}: {}",
+                serde_json::to_string(pid).unwrap_or_default(),
+                serde_json::to_string(&String::from_utf8_lossy(d)).unwrap_or_default()
+            )?;
+        }
+        out.write_all(b"}")?;
+        if let Some(Ok(f)) = &checkpoint_file {
+            write!(
+                out,
+                ", \"checkpoint_file\": {}",
+                serde_json::to_string(f).unwrap_or_default()
+            )?;
+        }
+        out.write_all(b"}\n")?;
+        return Ok(OK);
+    }
+    ui.line(&format!("{kind} {id}"))?;
+    for (_, r) in &found {
+        let (k, text) = describe(r);
+        ui.line(&format!(
+            "  seq {:>5}  {}  {k:<10} {text}",
+            r.seq,
+            short_time(&r.ts)
+        ))?;
+    }
+    match &checkpoint_file {
+        Some(Ok(f)) => {
+            if let Some(g) = &f.git {
+                ui.line(&format!(
+                    "  git: head {} branch {} {}",
+                    g.head.as_deref().unwrap_or("(none)"),
+                    g.branch.as_deref().unwrap_or("(detached)"),
+                    if g.dirty { "dirty" } else { "clean" }
+                ))?;
+            }
+            ui.line(&format!(
+                "  anchors seq {} {}",
+                f.upto_seq,
+                f.upto_hash.as_deref().unwrap_or("")
+            ))?;
+        }
+        Some(Err(e)) => ui.line(&format!("  warning: {e}"))?,
+        None => {}
+    }
+    for (_, d) in &diffs {
+        ui.line("")?;
+        ui.diff(d)?;
+    }
+    Ok(OK)
+}

@@ -1,0 +1,459 @@
+//! File-system primitives: durable atomic writes, directory fsync, and the
+//! workspace-confined reader/writer.
+//!
+//! Every path here is opened relative to a directory handle. Inside the
+//! workspace, resolution uses `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS)` (falling back, where the kernel lacks `openat2`, to a
+//! walk that opens each component with `O_NOFOLLOW`), so a directory swapped for a
+//! symlink mid-operation cannot redirect a write outside (RELIABILITY.md B4, S12–S13).
+//! "Canonicalise, check the prefix, open by path" is never used.
+//!
+//! # Limitations
+//! POSIX has no compare-and-swap on file contents: a user's editor can still
+//! write between our last check and our `rename`. Callers keep that window to one
+//! `fstat` and one `rename` (see `rollback`).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::failpoint;
+use crate::hash::{ContentHash, Hasher};
+use crate::paths::RelPath;
+
+/// An I/O failure with the path and the operation it concerns.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {op} `{path}`: {source}")]
+pub struct FsError {
+    /// What was being done (`open`, `write`, `fsync`, …).
+    pub op: &'static str,
+    /// The path concerned, for display.
+    pub path: String,
+    /// The underlying error.
+    #[source]
+    pub source: io::Error,
+}
+
+impl FsError {
+    /// Wraps an I/O error with its operation and path.
+    pub fn new(op: &'static str, path: impl Into<String>, source: io::Error) -> FsError {
+        FsError {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when resolution was refused because a component is a symlink or
+    /// leaves the directory (`E_UNSAFE_PATH`).
+    pub fn is_unsafe_path(&self) -> bool {
+        matches!(self.source.raw_os_error(), Some(e) if e == Errno::LOOP.raw_os_error() || e == Errno::XDEV.raw_os_error())
+            || self.source.kind() == io::ErrorKind::Other
+                && self.source.to_string().starts_with("E_UNSAFE_PATH")
+    }
+}
+
+fn unsafe_path(what: &str) -> io::Error {
+    io::Error::other(format!("E_UNSAFE_PATH: {what}"))
+}
+
+/// Returns a name for a temp file that no other process or thread will pick.
+pub fn temp_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}{}-{}-{n}-{:x}",
+        std::process::id(),
+        t % 1_000_000_000_000,
+        random_u64()
+    )
+}
+
+/// Returns 64 bits of per-process randomness (std's randomly keyed SipHash).
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher as _};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// `fsync`s a directory so that new or renamed entries in it survive a crash.
+pub fn fsync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
+    // A rename or create is only durable once the directory holding the entry is
+    // synced; ext4's auto_da_alloc is not something to rely on (RELIABILITY B6).
+    if crate::durability_off() {
+        return Ok(());
+    }
+    rustix::fs::fsync(dir)?;
+    Ok(())
+}
+
+/// `fdatasync`s a file, unless tests switched durability off (`CKPT_TEST_FSYNC=0`).
+pub fn sync_data(f: &File) -> io::Result<()> {
+    if crate::durability_off() {
+        return Ok(());
+    }
+    f.sync_data()
+}
+
+/// Opens a directory entry of `dir` as a directory, refusing symlinks.
+pub fn open_dir(dir: BorrowedFd<'_>, name: impl AsRef<Path>) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        dir,
+        name.as_ref(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// Opens (creating with mode 0700 if missing) a private directory inside `dir`.
+/// Returns the handle and whether it was created.
+pub fn open_or_create_private_dir(dir: BorrowedFd<'_>, name: &str) -> io::Result<(OwnedFd, bool)> {
+    let created = match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) => true,
+        Err(Errno::EXIST) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let fd = open_dir(dir, name)?;
+    if created {
+        // The umask may have removed bits we want or left ones we do not: set it exactly.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+        fsync_dir(dir)?;
+    }
+    Ok((fd, created))
+}
+
+/// Writes `data` to `dir/name` atomically and durably: temp file in the same
+/// directory, `fdatasync`, `rename` over the name, `fsync` of the directory.
+/// The file gets exactly `mode` (permission bits only), whatever the umask.
+pub fn write_atomic(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    data: &[u8],
+    mode: u32,
+    no_replace: bool,
+) -> io::Result<()> {
+    let tmp = temp_name(".ckpt-tmp-");
+    let f = create_excl(dir, OsStr::new(&tmp), mode)?;
+    let res = (|| {
+        let mut f = f;
+        f.write_all(data)?;
+        failpoint::hit("atomic.after_tmp_write")?;
+        sync_data(&f)?;
+        drop(f);
+        failpoint::hit("atomic.before_rename")?;
+        if no_replace {
+            match rustix::fs::renameat_with(dir, tmp.as_str(), dir, name, RenameFlags::NOREPLACE) {
+                Ok(()) => {}
+                Err(Errno::EXIST) => {
+                    let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+                    return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
+        }
+        failpoint::hit("atomic.after_rename")?;
+        fsync_dir(dir)
+    })();
+    if res.is_err() {
+        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+    }
+    res
+}
+
+/// Creates a new file (`O_EXCL`, never through a symlink) with exactly `mode`.
+pub fn create_excl(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<File> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777))?;
+    Ok(File::from(fd))
+}
+
+/// What a workspace path holds right now (not following symlinks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Nothing there.
+    Absent,
+    /// A regular file with its permission bits.
+    File {
+        /// Permission bits (`0o644`, `0o755`, …).
+        mode: u32,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A symbolic link and its target bytes.
+    Symlink(Vec<u8>),
+    /// A directory.
+    Dir,
+    /// A FIFO, socket or device: never read, never written.
+    Special,
+}
+
+static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
+
+/// The workspace root as a directory handle; all reads and writes of user files
+/// go through it.
+#[derive(Debug)]
+pub struct Confined {
+    root: OwnedFd,
+}
+
+impl Confined {
+    /// Opens the workspace root directory.
+    pub fn open(root: &Path) -> io::Result<Confined> {
+        let fd = rustix::fs::open(
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Confined { root: fd })
+    }
+
+    /// Returns the root directory handle.
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// Opens `rel_dir` (a workspace-relative directory) beneath the root, refusing
+    /// any symlink or magic link on the way.
+    pub fn open_dir_beneath(&self, rel_dir: &[u8]) -> io::Result<OwnedFd> {
+        if rel_dir.is_empty() {
+            return Ok(rustix::io::dup(&self.root)?);
+        }
+        self.resolve(rel_dir, OFlags::RDONLY | OFlags::DIRECTORY)
+    }
+
+    fn resolve(&self, rel: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        if !OPENAT2_MISSING.load(Ordering::Relaxed) {
+            match rustix::fs::openat2(
+                &self.root,
+                OsStr::from_bytes(rel),
+                flags,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            ) {
+                Ok(fd) => return Ok(fd),
+                Err(Errno::NOSYS) | Err(Errno::PERM) => {
+                    OPENAT2_MISSING.store(true, Ordering::Relaxed);
+                }
+                Err(Errno::LOOP) | Err(Errno::XDEV) => {
+                    return Err(unsafe_path(&format!(
+                        "`{}` goes through a symlink",
+                        String::from_utf8_lossy(rel)
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Fallback: open one component at a time, each with O_NOFOLLOW, so no
+        // symlink (swapped in or not) is ever followed.
+        let mut cur = rustix::io::dup(&self.root)?;
+        let parts: Vec<&[u8]> = rel.split(|&b| b == b'/').collect();
+        for (i, c) in parts.iter().enumerate() {
+            if c.is_empty() || *c == b"." || *c == b".." {
+                return Err(unsafe_path("unnormalised path"));
+            }
+            let last = i + 1 == parts.len();
+            let f = if last {
+                flags
+            } else {
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+            };
+            cur = match rustix::fs::openat(&cur, OsStr::from_bytes(c), f, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::LOOP) | Err(Errno::NOTDIR) if !last => {
+                    return Err(unsafe_path(&format!(
+                        "`{}` goes through a symlink or a non-directory",
+                        String::from_utf8_lossy(rel)
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            };
+        }
+        Ok(cur)
+    }
+
+    fn parent_of(&self, rel: &RelPath) -> io::Result<(OwnedFd, Vec<u8>)> {
+        let (parent, name) = rel.split_parent();
+        let fd = self.open_dir_beneath(parent.unwrap_or(b""))?;
+        Ok((fd, name.to_vec()))
+    }
+
+    /// Returns what `rel` holds now, without following a final symlink. A parent
+    /// that is missing means `Absent`; a parent that is a symlink is an error.
+    pub fn entry(&self, rel: &RelPath) -> io::Result<EntryKind> {
+        let (dir, name) = match self.parent_of(rel) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(EntryKind::Absent),
+            Err(e) if e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) => {
+                return Ok(EntryKind::Absent);
+            }
+            Err(e) => return Err(e),
+        };
+        entry_at(dir.as_fd(), OsStr::from_bytes(&name))
+    }
+
+    /// Opens a regular file for reading without following symlinks and without
+    /// blocking on a FIFO; anything that is not a regular file is refused.
+    pub fn open_read(&self, rel: &RelPath) -> io::Result<File> {
+        let (dir, name) = self.parent_of(rel)?;
+        open_regular_at(dir.as_fd(), OsStr::from_bytes(&name))
+    }
+
+    /// Reads a whole regular file.
+    pub fn read(&self, rel: &RelPath) -> io::Result<Vec<u8>> {
+        let mut f = self.open_read(rel)?;
+        let mut v = Vec::new();
+        f.read_to_end(&mut v)?;
+        Ok(v)
+    }
+
+    /// Creates the missing parent directories of `rel` (never through a symlink),
+    /// syncing each directory that gained an entry.
+    pub fn create_parents(&self, rel: &RelPath) -> io::Result<OwnedFd> {
+        let (parent, _) = rel.split_parent();
+        let Some(parent) = parent else {
+            return Ok(rustix::io::dup(&self.root)?);
+        };
+        let mut cur = rustix::io::dup(&self.root)?;
+        for c in parent.split(|&b| b == b'/') {
+            let name = OsStr::from_bytes(c);
+            match rustix::fs::mkdirat(&cur, name, Mode::from_raw_mode(0o777)) {
+                Ok(()) => fsync_dir(cur.as_fd())?,
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            cur = match open_dir(cur.as_fd(), name) {
+                Ok(fd) => fd,
+                Err(e)
+                    if e.raw_os_error() == Some(Errno::LOOP.raw_os_error())
+                        || e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) =>
+                {
+                    return Err(unsafe_path(&format!(
+                        "a parent of `{rel}` is a symlink or not a directory"
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Replaces (or creates) the file `rel` with `data` and permission bits `mode`
+    /// (setuid/setgid/sticky are never set), atomically and durably.
+    pub fn write_file(&self, rel: &RelPath, data: &[u8], mode: u32) -> io::Result<()> {
+        let dir = self.create_parents(rel)?;
+        let (_, name) = rel.split_parent();
+        write_atomic(
+            dir.as_fd(),
+            OsStr::from_bytes(name),
+            data,
+            mode & 0o777,
+            false,
+        )
+    }
+
+    /// Replaces (or creates) `rel` with a symlink to `target`, atomically.
+    pub fn write_symlink(&self, rel: &RelPath, target: &[u8]) -> io::Result<()> {
+        let dir = self.create_parents(rel)?;
+        let (_, name) = rel.split_parent();
+        let tmp = temp_name(".ckpt-tmp-");
+        rustix::fs::symlinkat(OsStr::from_bytes(target), &dir, tmp.as_str())?;
+        if let Err(e) = rustix::fs::renameat(&dir, tmp.as_str(), &dir, OsStr::from_bytes(name)) {
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+            return Err(e.into());
+        }
+        fsync_dir(dir.as_fd())
+    }
+
+    /// Removes the file or symlink `rel` (never a directory) and syncs its parent.
+    pub fn remove(&self, rel: &RelPath) -> io::Result<()> {
+        let (dir, name) = self.parent_of(rel)?;
+        rustix::fs::unlinkat(&dir, OsStr::from_bytes(&name), AtFlags::empty())?;
+        fsync_dir(dir.as_fd())
+    }
+}
+
+/// Returns what `dir/name` holds, without following a symlink.
+pub fn entry_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<EntryKind> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(EntryKind::Absent),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => EntryKind::File {
+            mode: st.st_mode & 0o7777,
+            size: st.st_size as u64,
+        },
+        FileType::Symlink => {
+            let target = rustix::fs::readlinkat(dir, name, Vec::new())?;
+            EntryKind::Symlink(target.into_bytes())
+        }
+        FileType::Directory => EntryKind::Dir,
+        _ => EntryKind::Special,
+    })
+}
+
+/// Opens `dir/name` for reading if (and only if) it is a regular file: no
+/// symlink followed, no blocking on a FIFO (`O_NONBLOCK`, then `fstat`).
+pub fn open_regular_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        if e == Errno::LOOP {
+            io::Error::other(format!(
+                "E_NOT_REGULAR: `{}` is a symlink",
+                String::from_utf8_lossy(name.as_bytes())
+            ))
+        } else {
+            e.into()
+        }
+    })?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(io::Error::other(format!(
+            "E_NOT_REGULAR: `{}` is not a regular file",
+            String::from_utf8_lossy(name.as_bytes())
+        )));
+    }
+    Ok(File::from(fd))
+}
+
+/// Reads all of `f` while hashing it; memory is bounded by the caller's `Vec`.
+pub fn read_hashing(f: &mut File) -> io::Result<(Vec<u8>, ContentHash)> {
+    let mut v = Vec::new();
+    f.read_to_end(&mut v)?;
+    let mut h = Hasher::new();
+    h.update(&v);
+    Ok((v, h.finish()))
+}

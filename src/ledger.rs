@@ -1,0 +1,780 @@
+//! The append-only ledger, `.agent-runtime/ledger.jsonl`: the single source of truth.
+//!
+//! # Format
+//!
+//! One JSON object a line, UTF-8, `\n`-terminated, at most [`MAX_LINE`] bytes.
+//! Fields in order: `v`, `seq`, `ts`, `kind`, `session` (omitted when none), the
+//! kind's own fields (see [`crate::record`]), `prev`, and last `hash`:
+//!
+//! ```text
+//! {"v":1,"seq":2,"ts":"2026-11-29T08:00:00.002Z","kind":"checkpoint",…,"prev":"sha256:…","hash":"sha256:…"}
+//! ```
+//!
+//! `hash` is `sha256:` + the hex sha256 of the line's own bytes with the trailing
+//! `,"hash":"sha256:<64 hex>"` removed (so the line up to and including `prev`,
+//! closed by `}`). It is computed and checked on the bytes as written, so no JSON
+//! canonicalisation is involved, and because `prev` is inside the hashed bytes the
+//! hashes form a chain: editing, deleting or reordering any record breaks it.
+//!
+//! # Writing (RELIABILITY.md B1)
+//!
+//! Writers take an exclusive `flock` on `ledger.lock` (a separate file, so repair
+//! can truncate the ledger under the same lock), read the tail to learn the last
+//! `seq` and `hash`, repair a torn tail (B5), build every line in memory, write
+//! them with one `write(2)` on an `O_APPEND` descriptor, and `fdatasync` before the
+//! lock is released and success is reported. A failed `fdatasync` is final: it is
+//! not retried, the append fails and `needs-verify` is created.
+//!
+//! # Reading (B5)
+//!
+//! A reader accepts exactly one kind of damage silently: a torn *last* record
+//! (bytes after the last `\n`, NULs, or one final line failing its hash). Anything
+//! invalid followed by a valid line is corruption at that `seq`: the reader stops
+//! before it and reports it; nothing is ever deleted automatically.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FileType, Mode, OFlags};
+use serde::Deserialize;
+
+use crate::failpoint;
+use crate::fs_util::{self, FsError};
+use crate::hash::{Hasher, hex};
+use crate::ids::Clock;
+use crate::record::{Body, Draft, Record, Repair, SCHEMA_VERSION};
+
+/// The ledger file's name inside `.agent-runtime/`.
+pub const LEDGER_FILE: &str = "ledger.jsonl";
+/// The lock file's name inside `.agent-runtime/`.
+pub const LOCK_FILE: &str = "ledger.lock";
+/// Longest accepted record line, including its `\n`. Large payloads go to blobs.
+pub const MAX_LINE: usize = 1024 * 1024;
+/// Created when an `fdatasync` of the ledger failed; `ckpt verify` reports it.
+pub const NEEDS_VERIFY_FILE: &str = "needs-verify";
+
+const HASH_SUFFIX_PREFIX: &[u8] = b",\"hash\":\"sha256:";
+const HASH_SUFFIX_LEN: usize = HASH_SUFFIX_PREFIX.len() + 64 + 2;
+
+/// What went wrong with the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// An I/O failure.
+    #[error(transparent)]
+    Io(#[from] FsError),
+    /// Another process held the lock for too long.
+    #[error("the ledger is busy: another ckpt process held `.agent-runtime/ledger.lock` for {0:?}")]
+    Busy(Duration),
+    /// The ledger is damaged before its last record.
+    #[error("E_LEDGER_CORRUPT: the ledger is damaged at seq {seq} (line {line}): {problem}")]
+    Corrupt {
+        /// The seq the damaged line should have had.
+        seq: u64,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A record would exceed the line cap.
+    #[error("a {kind} record of {len} bytes exceeds the ledger's 1 MiB line limit")]
+    TooLarge {
+        /// The record kind.
+        kind: String,
+        /// Its serialised length.
+        len: usize,
+    },
+    /// `fdatasync` failed; the append is not acknowledged.
+    #[error(
+        "cannot make the ledger durable (fdatasync failed: {0}); the last record may not survive a crash; run `ckpt verify`"
+    )]
+    SyncFailed(io::Error),
+    /// The ledger file is not a plain private file.
+    #[error("E_RUNTIME_UNSAFE: `.agent-runtime/ledger.jsonl` {0}; refusing to use it")]
+    Unsafe(String),
+}
+
+fn io_err(op: &'static str, e: impl Into<io::Error>) -> LedgerError {
+    LedgerError::Io(FsError::new(op, ".agent-runtime/ledger.jsonl", e.into()))
+}
+
+/// The header every line carries, borrowed from the line.
+#[derive(Deserialize)]
+struct Header<'a> {
+    v: u32,
+    seq: u64,
+    #[serde(borrow)]
+    ts: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    session: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    prev: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    hash: std::borrow::Cow<'a, str>,
+}
+
+/// One line checked on its own (JSON, version, hash); not yet against the chain.
+pub struct LineCheck<'a> {
+    header: Header<'a>,
+}
+
+impl LineCheck<'_> {
+    /// The line's `seq`.
+    pub fn seq(&self) -> u64 {
+        self.header.seq
+    }
+    /// The line's `hash`.
+    pub fn hash(&self) -> &str {
+        &self.header.hash
+    }
+    /// The line's `prev`.
+    pub fn prev(&self) -> Option<&str> {
+        self.header.prev.as_deref()
+    }
+    /// The line's `kind`.
+    pub fn kind(&self) -> &str {
+        &self.header.kind
+    }
+}
+
+/// Checks one line (without its `\n`) on its own: size, JSON shape, version and
+/// its own hash. Never panics, whatever the bytes.
+pub fn check_line(line: &[u8]) -> Result<LineCheck<'_>, String> {
+    if line.len() >= MAX_LINE {
+        return Err("line longer than the 1 MiB limit".into());
+    }
+    if line.contains(&0) {
+        return Err("NUL bytes in the line (a torn or zero-filled write)".into());
+    }
+    if line.len() < HASH_SUFFIX_LEN + 2 {
+        return Err("line too short to be a record".into());
+    }
+    let cut = line.len() - HASH_SUFFIX_LEN;
+    if &line[cut..cut + HASH_SUFFIX_PREFIX.len()] != HASH_SUFFIX_PREFIX || !line.ends_with(b"\"}") {
+        return Err("line does not end with its \"hash\" field".into());
+    }
+    let mut h = Hasher::new();
+    h.update(&line[..cut]);
+    h.update(b"}");
+    let digest = h.finish();
+    let claimed = &line[cut + HASH_SUFFIX_PREFIX.len()..line.len() - 2];
+    if hex(digest.as_bytes()).as_bytes() != claimed {
+        return Err("hash does not match the record's content".into());
+    }
+    let header: Header<'_> =
+        serde_json::from_slice(line).map_err(|e| format!("not a valid record: {e}"))?;
+    if header.v != SCHEMA_VERSION {
+        return Err(format!("unknown schema version v={}", header.v));
+    }
+    if header.seq == 0 {
+        return Err("seq 0 is not a valid position".into());
+    }
+    Ok(LineCheck { header })
+}
+
+/// Serialises a record line (with its `\n`), returning the line and its hash.
+fn build_line(
+    seq: u64,
+    ts: &str,
+    prev: Option<&str>,
+    draft: &Draft,
+) -> Result<(Vec<u8>, String), LedgerError> {
+    let mut buf = Vec::with_capacity(384);
+    let fields = draft
+        .body
+        .fields_json()
+        .map_err(|e| io_err("serialise", e))?;
+    buf.extend_from_slice(b"{\"v\":");
+    buf.extend_from_slice(SCHEMA_VERSION.to_string().as_bytes());
+    buf.extend_from_slice(b",\"seq\":");
+    buf.extend_from_slice(seq.to_string().as_bytes());
+    buf.extend_from_slice(b",\"ts\":");
+    serde_json::to_writer(&mut buf, ts).map_err(|e| io_err("serialise", e))?;
+    buf.extend_from_slice(b",\"kind\":");
+    serde_json::to_writer(&mut buf, draft.body.kind()).map_err(|e| io_err("serialise", e))?;
+    if let Some(s) = &draft.session {
+        buf.extend_from_slice(b",\"session\":");
+        serde_json::to_writer(&mut buf, s).map_err(|e| io_err("serialise", e))?;
+    }
+    // `fields` is a JSON object: splice its members in.
+    if fields.len() > 2 {
+        buf.push(b',');
+        buf.extend_from_slice(&fields[1..fields.len() - 1]);
+    }
+    buf.extend_from_slice(b",\"prev\":");
+    match prev {
+        Some(p) => serde_json::to_writer(&mut buf, p).map_err(|e| io_err("serialise", e))?,
+        None => buf.extend_from_slice(b"null"),
+    }
+    buf.push(b'}');
+    let digest = {
+        let mut h = Hasher::new();
+        h.update(&buf);
+        h.finish()
+    };
+    buf.pop();
+    let hash = format!("sha256:{}", hex(digest.as_bytes()));
+    buf.extend_from_slice(b",\"hash\":\"");
+    buf.extend_from_slice(hash.as_bytes());
+    buf.extend_from_slice(b"\"}\n");
+    if buf.len() > MAX_LINE {
+        return Err(LedgerError::TooLarge {
+            kind: draft.body.kind().to_string(),
+            len: buf.len(),
+        });
+    }
+    Ok((buf, hash))
+}
+
+/// Parses a full record from a line already checked by [`check_line`].
+fn to_record(line: &[u8], check: &LineCheck<'_>) -> Result<Record, String> {
+    let h = &check.header;
+    let body = Body::parse(&h.kind, line).map_err(|e| format!("bad {} record: {e}", h.kind))?;
+    Ok(Record {
+        seq: h.seq,
+        ts: h.ts.to_string(),
+        session: h.session.as_ref().map(|s| s.to_string()),
+        prev: h.prev.as_ref().map(|s| s.to_string()),
+        hash: h.hash.to_string(),
+        body,
+    })
+}
+
+/// The position after the last valid record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tail {
+    /// The last record's seq (0 when empty).
+    pub seq: u64,
+    /// The last record's hash (`None` when empty).
+    pub hash: Option<String>,
+    /// Byte offset just after the last valid record's `\n`.
+    pub end: u64,
+}
+
+/// A torn last record: bytes after the last valid one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// Where the torn bytes start.
+    pub offset: u64,
+    /// How many bytes follow the last valid record.
+    pub bytes: u64,
+}
+
+/// Damage before the tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// The seq the damaged line should have had.
+    pub seq: u64,
+    /// 1-based line number.
+    pub line: u64,
+    /// Byte offset of the damaged line.
+    pub offset: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Everything a full read found.
+#[derive(Debug, Default)]
+pub struct LedgerRead {
+    /// The valid records, oldest first (up to the first damage).
+    pub records: Vec<Record>,
+    /// The valid prefix's end.
+    pub tail: Tail,
+    /// A torn last record, if any.
+    pub torn: Option<TornTail>,
+    /// Damage before the tail, if any.
+    pub corruption: Option<Corruption>,
+}
+
+impl LedgerRead {
+    /// Fails with [`LedgerError::Corrupt`] when the ledger is damaged before its tail.
+    pub fn require_intact(&self) -> Result<(), LedgerError> {
+        match &self.corruption {
+            Some(c) => Err(LedgerError::Corrupt {
+                seq: c.seq,
+                line: c.line,
+                problem: c.problem.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What one appended record got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Its seq.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+}
+
+/// The ledger of one workspace.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    rt: Arc<OwnedFd>,
+    clock: Arc<Clock>,
+    lock_timeout: Duration,
+}
+
+impl Ledger {
+    /// Opens the ledger living in the runtime directory `rt`.
+    pub fn new(rt: Arc<OwnedFd>, clock: Arc<Clock>) -> Ledger {
+        Ledger {
+            rt,
+            clock,
+            lock_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets how long [`Ledger::lock`] waits for another writer.
+    pub fn set_lock_timeout(&mut self, t: Duration) {
+        self.lock_timeout = t;
+    }
+
+    /// Takes the writer lock, validates the tail and repairs a torn last record.
+    pub fn lock(&self) -> Result<LedgerLock<'_>, LedgerError> {
+        let lock_fd = rustix::fs::openat(
+            &*self.rt,
+            LOCK_FILE,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_err("open the lock file", e))?;
+        let lock = File::from(lock_fd);
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if start.elapsed() >= self.lock_timeout {
+                        return Err(LedgerError::Busy(self.lock_timeout));
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", e)),
+            }
+        }
+        failpoint::hit("ledger.after_lock").map_err(|e| io_err("lock", e))?;
+        let existed = fs_util::entry_at(self.rt.as_fd(), LEDGER_FILE.as_ref())
+            .map_err(|e| io_err("stat", e))?
+            != fs_util::EntryKind::Absent;
+        let fd = rustix::fs::openat(
+            &*self.rt,
+            LEDGER_FILE,
+            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| {
+            if e == rustix::io::Errno::LOOP {
+                LedgerError::Unsafe("is a symlink".into())
+            } else {
+                io_err("open", e)
+            }
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(LedgerError::Unsafe("is not a regular file".into()));
+        }
+        if st.st_nlink != 1 {
+            return Err(LedgerError::Unsafe(format!(
+                "has {} hard links",
+                st.st_nlink
+            )));
+        }
+        if st.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(LedgerError::Unsafe("belongs to another user".into()));
+        }
+        let mut file = File::from(fd);
+        if !existed {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600))
+                .map_err(|e| io_err("chmod", e))?;
+            fs_util::fsync_dir(self.rt.as_fd()).map_err(|e| io_err("sync the directory of", e))?;
+        }
+        let (tail, torn) = scan_tail(&mut file, st.st_size as u64)?;
+        let mut guard = LedgerLock {
+            ledger: self,
+            _lock: lock,
+            file,
+            tail,
+        };
+        if let Some(torn) = torn {
+            guard.repair(torn)?;
+        }
+        Ok(guard)
+    }
+
+    /// Appends one record (lock, write, fdatasync, unlock).
+    pub fn append(&self, draft: Draft) -> Result<Appended, LedgerError> {
+        let mut g = self.lock()?;
+        let mut v = g.append(&[draft])?;
+        Ok(v.remove(0))
+    }
+
+    /// Reads every valid record, stopping at corruption; never fails on a torn tail.
+    pub fn read(&self) -> Result<LedgerRead, LedgerError> {
+        let mut records = Vec::new();
+        let mut read = self.scan(|_, rec| {
+            records.push(rec);
+            Ok(())
+        })?;
+        read.records = records;
+        Ok(read)
+    }
+
+    /// Reads every valid record, calling `visit` with each raw line (without `\n`)
+    /// and its parsed record. The returned `LedgerRead` has no `records`.
+    pub fn scan(
+        &self,
+        mut visit: impl FnMut(&[u8], Record) -> Result<(), LedgerError>,
+    ) -> Result<LedgerRead, LedgerError> {
+        let fd = match rustix::fs::openat(
+            &*self.rt,
+            LEDGER_FILE,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(LedgerRead::default()),
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(LedgerError::Unsafe("is a symlink".into()));
+            }
+            Err(e) => return Err(io_err("open", e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(LedgerError::Unsafe("is not a regular file".into()));
+        }
+        read_lines(File::from(fd), &mut visit)
+    }
+
+    /// Returns the ledger's runtime directory handle.
+    pub fn runtime_dir(&self) -> &Arc<OwnedFd> {
+        &self.rt
+    }
+}
+
+/// Validates records one after another and classifies damage (B5).
+fn read_lines(
+    mut file: File,
+    visit: &mut dyn FnMut(&[u8], Record) -> Result<(), LedgerError>,
+) -> Result<LedgerRead, LedgerError> {
+    let mut out = LedgerRead::default();
+    let mut first_bad: Option<Corruption> = None;
+    let mut line_no = 0u64;
+    let mut expect_seq = 1u64;
+    let mut prev_hash: Option<String> = None;
+    let mut stop = false;
+
+    let mut on_line = |offset: u64, line: &[u8], terminated: bool| -> Result<(), LedgerError> {
+        if stop {
+            return Ok(());
+        }
+        line_no += 1;
+        let checked = if terminated {
+            check_line(line)
+        } else {
+            Err("no final newline".into())
+        };
+        match checked {
+            Ok(c) => {
+                if first_bad.is_some() {
+                    // A valid line after a bad one: the bad one was not a torn tail.
+                    stop = true;
+                    return Ok(());
+                }
+                let problem = if c.seq() != expect_seq {
+                    Some(format!(
+                        "seq {} where seq {expect_seq} was expected (a record is missing, duplicated or out of order)",
+                        c.seq()
+                    ))
+                } else if c.prev() != prev_hash.as_deref() {
+                    Some(
+                        "`prev` does not match the previous record's hash (the chain is broken)"
+                            .into(),
+                    )
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    first_bad = Some(Corruption {
+                        seq: expect_seq,
+                        line: line_no,
+                        offset,
+                        problem,
+                    });
+                    stop = true;
+                    return Ok(());
+                }
+                match to_record(line, &c) {
+                    Ok(rec) => {
+                        prev_hash = Some(c.hash().to_string());
+                        expect_seq += 1;
+                        out.tail = Tail {
+                            seq: c.seq(),
+                            hash: prev_hash.clone(),
+                            end: offset + line.len() as u64 + 1,
+                        };
+                        visit(line, rec)?;
+                    }
+                    Err(problem) => {
+                        first_bad = Some(Corruption {
+                            seq: expect_seq,
+                            line: line_no,
+                            offset,
+                            problem,
+                        });
+                        stop = true;
+                    }
+                }
+            }
+            Err(problem) => {
+                if first_bad.is_none() {
+                    first_bad = Some(Corruption {
+                        seq: expect_seq,
+                        line: line_no,
+                        offset,
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+    split_lines(&mut file, &mut on_line)?;
+    let file_len = file.seek(SeekFrom::End(0)).map_err(|e| io_err("seek", e))?;
+    match first_bad {
+        Some(c) if stop => out.corruption = Some(c),
+        Some(c) => {
+            out.torn = Some(TornTail {
+                offset: c.offset,
+                bytes: file_len - c.offset,
+            });
+        }
+        None => {}
+    }
+    Ok(out)
+}
+
+/// Splits a file into lines with bounded memory: a line longer than the cap is
+/// reported (truncated to the cap) without being buffered whole.
+fn split_lines(
+    file: &mut File,
+    on_line: &mut dyn FnMut(u64, &[u8], bool) -> Result<(), LedgerError>,
+) -> Result<(), LedgerError> {
+    const CHUNK: usize = 4 * 1024 * 1024;
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + MAX_LINE);
+    let mut buf_offset = 0u64; // file offset of buf[0]
+    let mut skipping_long = false;
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = match file.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err("read", e)),
+        };
+        let eof = n == 0;
+        buf.extend_from_slice(&chunk[..n]);
+        let mut start = 0usize;
+        while let Some(i) = memchr::memchr(b'\n', &buf[start..]) {
+            let end = start + i;
+            if skipping_long {
+                skipping_long = false;
+            } else {
+                on_line(buf_offset + start as u64, &buf[start..end], true)?;
+            }
+            start = end + 1;
+        }
+        if eof {
+            if start < buf.len() && !skipping_long {
+                on_line(buf_offset + start as u64, &buf[start..], false)?;
+            }
+            return Ok(());
+        }
+        if buf.len() - start > MAX_LINE && !skipping_long {
+            // Report the over-long line once, then drop bytes until its newline.
+            on_line(
+                buf_offset + start as u64,
+                &buf[start..start + MAX_LINE],
+                true,
+            )?;
+            skipping_long = true;
+        }
+        if skipping_long {
+            start = buf.len();
+        }
+        buf.drain(..start);
+        buf_offset += start as u64;
+    }
+}
+
+/// Finds the last valid record near the end of the file and any torn bytes after it.
+fn scan_tail(file: &mut File, len: u64) -> Result<(Tail, Option<TornTail>), LedgerError> {
+    if len == 0 {
+        return Ok((Tail::default(), None));
+    }
+    let mut window = 64 * 1024u64;
+    loop {
+        let start = len.saturating_sub(window);
+        let mut buf = vec![0u8; (len - start) as usize];
+        file.seek(SeekFrom::Start(start))
+            .map_err(|e| io_err("seek", e))?;
+        file.read_exact(&mut buf).map_err(|e| io_err("read", e))?;
+        // Complete lines in the window; the first one is partial unless start == 0.
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let mut s = 0usize;
+        let mut partial_first = start > 0;
+        for e in memchr::memchr_iter(b'\n', &buf) {
+            if !partial_first {
+                spans.push((s, e));
+            }
+            partial_first = false;
+            s = e + 1;
+        }
+        // Newest complete line first; at most one bad complete line may precede
+        // the fragment and still count as a torn write (B5).
+        for &(ls, le) in spans.iter().rev().take(2) {
+            if let Ok(c) = check_line(&buf[ls..le]) {
+                let end = start + le as u64 + 1;
+                let tail = Tail {
+                    seq: c.seq(),
+                    hash: Some(c.hash().to_string()),
+                    end,
+                };
+                let torn = (end < len).then_some(TornTail {
+                    offset: end,
+                    bytes: len - end,
+                });
+                return Ok((tail, torn));
+            }
+        }
+        if spans.len() >= 2 {
+            let (ls, _) = spans[spans.len() - 2];
+            return Err(LedgerError::Corrupt {
+                seq: 0,
+                line: 0,
+                problem: format!(
+                    "the last two records (from byte {}) are both damaged, which a torn write cannot cause; run `ckpt verify`",
+                    start + ls as u64
+                ),
+            });
+        }
+        if start == 0 {
+            // Nothing valid at all: the very first write was torn.
+            return Ok((
+                Tail::default(),
+                Some(TornTail {
+                    offset: 0,
+                    bytes: len,
+                }),
+            ));
+        }
+        if window >= 2 * MAX_LINE as u64 + 2 {
+            return Err(LedgerError::Corrupt {
+                seq: 0,
+                line: 0,
+                problem: "no valid record in the last 2 MiB of the ledger; run `ckpt verify`"
+                    .into(),
+            });
+        }
+        window *= 4;
+    }
+}
+
+/// The writer lock, held until dropped. Appends made through it are durable
+/// when `append` returns.
+#[must_use = "dropping the lock releases it; append through it first"]
+pub struct LedgerLock<'a> {
+    ledger: &'a Ledger,
+    _lock: File,
+    file: File,
+    tail: Tail,
+}
+
+impl LedgerLock<'_> {
+    /// The last valid record's position.
+    pub fn tail(&self) -> &Tail {
+        &self.tail
+    }
+
+    /// Appends records in one `write` and one `fdatasync`.
+    pub fn append(&mut self, drafts: &[Draft]) -> Result<Vec<Appended>, LedgerError> {
+        let mut buf = Vec::new();
+        let mut out = Vec::with_capacity(drafts.len());
+        let mut seq = self.tail.seq;
+        let mut prev = self.tail.hash.clone();
+        for d in drafts {
+            seq += 1;
+            let ts = self.ledger.clock.now_rfc3339();
+            let (line, hash) = build_line(seq, &ts, prev.as_deref(), d)?;
+            buf.extend_from_slice(&line);
+            prev = Some(hash.clone());
+            out.push(Appended { seq, hash });
+        }
+        // One write of pre-built bytes, under the lock (RELIABILITY rule 1).
+        self.file
+            .write_all(&buf)
+            .map_err(|e| io_err("append to", e))?;
+        failpoint::hit("ledger.before_fdatasync").map_err(|e| io_err("append to", e))?;
+        if let Err(e) = fs_util::sync_data(&self.file) {
+            // fsyncgate: never retry, never report success; leave a flag behind.
+            let _ = fs_util::write_atomic(
+                self.ledger.rt.as_fd(),
+                NEEDS_VERIFY_FILE.as_ref(),
+                b"an fdatasync of ledger.jsonl failed; run `ckpt verify`\n",
+                0o600,
+                false,
+            );
+            return Err(LedgerError::SyncFailed(e));
+        }
+        failpoint::hit("ledger.after_fdatasync").map_err(|e| io_err("append to", e))?;
+        self.tail = Tail {
+            seq,
+            hash: prev,
+            end: self.tail.end + buf.len() as u64,
+        };
+        Ok(out)
+    }
+
+    fn repair(&mut self, torn: TornTail) -> Result<(), LedgerError> {
+        let rt = self.ledger.rt.as_fd();
+        let ts = self.ledger.clock.now_ms();
+        let backup = format!("{LEDGER_FILE}.broken-{ts}-{}", std::process::id());
+        // Back up the whole file first (O_EXCL, fsync file and dir), then cut.
+        let mut all = Vec::new();
+        self.file
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| io_err("read", e))?;
+        self.file
+            .read_to_end(&mut all)
+            .map_err(|e| io_err("read", e))?;
+        let mut b = fs_util::create_excl(rt, backup.as_ref(), 0o600)
+            .map_err(|e| io_err("create a backup of", e))?;
+        b.write_all(&all)
+            .map_err(|e| io_err("write a backup of", e))?;
+        fs_util::sync_data(&b).map_err(|e| io_err("sync a backup of", e))?;
+        fs_util::fsync_dir(rt).map_err(|e| io_err("sync the directory of", e))?;
+        failpoint::hit("ledger.repair.before_truncate").map_err(|e| io_err("repair", e))?;
+        self.file
+            .set_len(torn.offset)
+            .map_err(|e| io_err("truncate", e))?;
+        fs_util::sync_data(&self.file).map_err(|e| io_err("sync", e))?;
+        crate::trace::event(
+            rt,
+            &self.ledger.clock,
+            "ledger_tail_repaired",
+            serde_json::json!({"dropped_bytes": torn.bytes, "backup": backup, "offset": torn.offset}),
+        );
+        self.append(&[Draft::new(Body::Repair(Repair {
+            dropped_bytes: torn.bytes,
+            backup: backup.clone(),
+        }))])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! ckpt records every change a coding agent makes to a workspace and takes back
+//! exactly the agent's work, never the user's.
+//!
+//! # A short tour
+//!
+//! - [`workspace`] finds the workspace and opens `.agent-runtime/`; it is the
+//!   entry point: [`Workspace::init`], [`Workspace::open`].
+//! - [`ledger`] is the append-only, hash-chained JSONL ledger; [`record`] holds
+//!   the record kinds it stores.
+//! - [`blob_store`] keeps file contents by sha256; [`patch`] writes the unified
+//!   diffs; [`checkpoint`] the checkpoint files.
+//! - [`call`] records a call made through the library (begin, write files, finish).
+//! - [`verify`] checks the chain, the blobs, the artifacts and the checkpoints.
+//! - [`paths`] and [`fs_util`] keep every path inside the workspace.
+//!
+//! The library never prints, never reads environment variables and never picks
+//! an exit code: it returns values and errors; the `ckpt` binary renders them.
+//!
+//! ```
+//! use ckpt::{CallOptions, CallStatus, CheckpointOptions, OpenOptions, Workspace};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let (ws, _) = Workspace::init(dir.path(), OpenOptions::default())?;
+//! let path = ws.rel_path(b"notes.txt", None)?;
+//!
+//! let mut call = ws.begin_call(CallOptions { tool: "Write".into(), ..Default::default() })?;
+//! call.write_file(&path, b"hello\n")?;
+//! let stats = call.finish(CallStatus::Succeeded, None)?;
+//! assert_eq!(stats.patches.len(), 1);
+//!
+//! let cp = ws.checkpoint(CheckpointOptions { label: Some("after hello".into()), ..Default::default() })?;
+//! assert_eq!(cp.upto_seq, 3); // started, file_patch, succeeded
+//! assert!(ws.verify()?.ok);
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub mod blob_store;
+pub mod call;
+pub mod checkpoint;
+pub mod failpoint;
+pub mod fs_util;
+pub mod git;
+pub mod hash;
+pub mod ids;
+pub mod ledger;
+pub mod patch;
+pub mod paths;
+pub mod record;
+pub mod trace;
+pub mod verify;
+pub mod workspace;
+
+pub use call::{CallHandle, CallOptions, CallStats, FileState};
+pub use hash::ContentHash;
+pub use ids::Clock;
+pub use ledger::{Ledger, LedgerError, LedgerRead};
+pub use paths::{PathError, RelPath};
+pub use record::{Body, CallStatus, Draft, Record};
+pub use verify::{Problem, VerifyReport};
+pub use workspace::{CheckpointOptions, InitStats, OpenOptions, Workspace, WorkspaceError};
+
+static DURABILITY_OFF: AtomicBool = AtomicBool::new(false);
+
+/// Turns fsync/fdatasync off for this process (tests only: `CKPT_TEST_FSYNC=0`,
+/// like git's `GIT_TEST_FSYNC=0`). A killed process does not lose the page
+/// cache, so process-crash tests stay meaningful; power-loss semantics do not.
+pub fn set_durability(on: bool) {
+    DURABILITY_OFF.store(!on, Ordering::Relaxed);
+}
+
+pub(crate) fn durability_off() -> bool {
+    DURABILITY_OFF.load(Ordering::Relaxed)
+}

@@ -1,0 +1,43 @@
+//! `trace.jsonl`: observability events (timings, decisions, repairs). Best effort
+//! and never needed for recovery: a failure to write a trace event is ignored.
+
+use std::io::Write;
+use std::os::fd::BorrowedFd;
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::ids::Clock;
+
+/// The trace file's name inside `.agent-runtime/`.
+pub const TRACE_FILE: &str = "trace.jsonl";
+const MAX_TRACE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Appends one event line (`{"ts", "event", …fields}`); never fails.
+pub fn event(rt: BorrowedFd<'_>, clock: &Clock, event: &str, fields: serde_json::Value) {
+    let mut obj = serde_json::Map::new();
+    obj.insert("ts".into(), clock.now_rfc3339().into());
+    obj.insert("event".into(), event.into());
+    if let serde_json::Value::Object(m) = fields {
+        obj.extend(m);
+    }
+    let Ok(mut line) = serde_json::to_vec(&obj) else {
+        return;
+    };
+    line.push(b'\n');
+    let Ok(fd) = rustix::fs::openat(
+        rt,
+        TRACE_FILE,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    ) else {
+        return;
+    };
+    if rustix::fs::fstat(&fd)
+        .map(|st| st.st_size as u64 > MAX_TRACE_BYTES)
+        .unwrap_or(true)
+    {
+        return;
+    }
+    let mut f = std::fs::File::from(fd);
+    let _ = f.write_all(&line);
+}

@@ -1,0 +1,263 @@
+//! `ckpt verify`: checks the ledger chain, every blob and patch artifact a record
+//! references, and every checkpoint (its file, its checksum, its anchor).
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::fd::AsFd;
+
+use serde::Serialize;
+
+use crate::checkpoint;
+use crate::fs_util;
+use crate::hash::ContentHash;
+use crate::ledger::NEEDS_VERIFY_FILE;
+use crate::record::Body;
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// One thing `verify` found wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The ledger position concerned, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// The file concerned (relative to `.agent-runtime/`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// What is wrong, in one line.
+    pub problem: String,
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// True when nothing is wrong.
+    pub ok: bool,
+    /// Valid records read.
+    pub records: u64,
+    /// Failures.
+    pub problems: Vec<Problem>,
+    /// Things worth knowing that are not failures.
+    pub warnings: Vec<Problem>,
+    /// Distinct blobs re-hashed.
+    pub blobs_checked: usize,
+    /// Patch artifacts found.
+    pub patches_checked: usize,
+    /// Checkpoint files checked.
+    pub checkpoints_checked: usize,
+}
+
+fn valid_artifact_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl Workspace {
+    /// Checks everything `verify` checks. Damage is reported, never repaired.
+    pub fn verify(&self) -> Result<VerifyReport, WorkspaceError> {
+        let mut problems = Vec::new();
+        let mut warnings = Vec::new();
+        let read = self.read_ledger()?;
+        if let Some(c) = &read.corruption {
+            problems.push(Problem {
+                seq: Some(c.seq),
+                path: Some("ledger.jsonl".into()),
+                problem: format!(
+                    "ledger damaged at line {} (seq {}): {}",
+                    c.line, c.seq, c.problem
+                ),
+            });
+        }
+        if let Some(t) = &read.torn {
+            problems.push(Problem {
+                seq: Some(read.tail.seq + 1),
+                path: Some("ledger.jsonl".into()),
+                problem: format!(
+                    "torn last record: {} bytes after seq {} do not form a valid record (a write cut short by a crash); the next ckpt write backs them up and cuts them off",
+                    t.bytes, read.tail.seq
+                ),
+            });
+        }
+        let rt = self.runtime_dir();
+        if fs_util::entry_at(rt.as_fd(), NEEDS_VERIFY_FILE.as_ref())
+            .map(|e| e != fs_util::EntryKind::Absent)
+            .unwrap_or(false)
+        {
+            warnings.push(Problem {
+                seq: None,
+                path: Some(NEEDS_VERIFY_FILE.into()),
+                problem: "an fdatasync of the ledger failed earlier; the records read back are checked above (flag cleared)".into(),
+            });
+            let _ = rustix::fs::unlinkat(&**rt, NEEDS_VERIFY_FILE, rustix::fs::AtFlags::empty());
+        }
+
+        // Every blob referenced, each checked once.
+        let mut blobs: BTreeMap<ContentHash, u64> = BTreeMap::new();
+        let mut patches = 0usize;
+        let mut by_seq_hash: BTreeMap<u64, &str> = BTreeMap::new();
+        let mut recorded_checkpoints = HashSet::new();
+        let mut checkpoints_checked = 0usize;
+        for r in &read.records {
+            by_seq_hash.insert(r.seq, &r.hash);
+            let mut refs: Vec<ContentHash> = Vec::new();
+            match &r.body {
+                Body::FilePatch(p) => {
+                    refs.extend(p.before_hash);
+                    refs.extend(p.after_hash);
+                    if let Some(pr) = &p.patch_ref {
+                        patches += 1;
+                        let expected = format!("artifacts/patches/{}.diff", p.patch);
+                        if !valid_artifact_id(&p.patch) || *pr != expected {
+                            problems.push(Problem {
+                                seq: Some(r.seq),
+                                path: None,
+                                problem: format!(
+                                    "patch_ref `{pr}` is not `artifacts/patches/<patch id>.diff`"
+                                ),
+                            });
+                        } else if !artifact_exists(self, &p.patch) {
+                            problems.push(Problem {
+                                seq: Some(r.seq),
+                                path: Some(expected),
+                                problem: "patch artifact is missing".into(),
+                            });
+                        }
+                    }
+                }
+                Body::UserEdit(u) => {
+                    refs.extend(u.before_hash);
+                    refs.extend(u.after_hash);
+                }
+                Body::Conflict(c) => {
+                    refs.extend(c.base_ref);
+                    refs.extend(c.agent_ref);
+                    refs.extend(c.current_ref);
+                }
+                Body::Checkpoint(c) => {
+                    checkpoints_checked += 1;
+                    recorded_checkpoints.insert(c.checkpoint.clone());
+                    let expected_ref =
+                        format!("checkpoints/{}", checkpoint::file_name(&c.checkpoint));
+                    if !checkpoint::valid_id(&c.checkpoint) || c.file_ref != expected_ref {
+                        problems.push(Problem {
+                            seq: Some(r.seq),
+                            path: None,
+                            problem: format!(
+                                "checkpoint ref `{}` is not `{expected_ref}`",
+                                c.file_ref
+                            ),
+                        });
+                        continue;
+                    }
+                    match self.checkpoint_file(&c.checkpoint) {
+                        Err(e) => problems.push(Problem {
+                            seq: Some(r.seq),
+                            path: Some(expected_ref),
+                            problem: e.to_string(),
+                        }),
+                        Ok(f) => {
+                            let anchor_ok = f.upto_seq == c.upto_seq
+                                && f.upto_seq < r.seq
+                                && (f.upto_seq == 0 && f.upto_hash.is_none()
+                                    || by_seq_hash.get(&f.upto_seq).copied()
+                                        == f.upto_hash.as_deref());
+                            if !anchor_ok {
+                                problems.push(Problem {
+                                    seq: Some(r.seq),
+                                    path: Some(expected_ref),
+                                    problem: format!(
+                                        "checkpoint {} anchors seq {} with a hash the ledger does not have",
+                                        c.checkpoint, f.upto_seq
+                                    ),
+                                });
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            for h in refs {
+                blobs.entry(h).or_insert(r.seq);
+            }
+        }
+        for (h, seq) in &blobs {
+            if let Err(e) = self.blobs().check(h) {
+                let hex = h.hex();
+                problems.push(Problem {
+                    seq: Some(*seq),
+                    path: Some(format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..])),
+                    problem: e.to_string(),
+                });
+            }
+        }
+        // Checkpoint files whose record is missing: their anchors still tell
+        // whether the ledger was cut back (`ledger_truncated`).
+        let files = checkpoint::list_files(rt).unwrap_or_default();
+        for id in files
+            .iter()
+            .filter(|id| !recorded_checkpoints.contains(*id))
+        {
+            let path = format!("checkpoints/{}", checkpoint::file_name(id));
+            match self.checkpoint_file(id) {
+                Err(e) => warnings.push(Problem {
+                    seq: None,
+                    path: Some(path),
+                    problem: format!("{e}; skipped"),
+                }),
+                Ok(f) => {
+                    checkpoints_checked += 1;
+                    if f.upto_seq > read.tail.seq && read.corruption.is_none() {
+                        problems.push(Problem {
+                            seq: Some(f.upto_seq),
+                            path: Some(path),
+                            problem: format!(
+                                "ledger_truncated: checkpoint {id} covers seq {} but the ledger ends at seq {}",
+                                f.upto_seq, read.tail.seq
+                            ),
+                        });
+                    } else if f.upto_seq > 0
+                        && by_seq_hash
+                            .get(&f.upto_seq)
+                            .is_some_and(|h| Some(*h) != f.upto_hash.as_deref())
+                    {
+                        problems.push(Problem {
+                            seq: Some(f.upto_seq),
+                            path: Some(path),
+                            problem: format!("checkpoint {id} anchors seq {} with a different hash: the ledger was rewritten", f.upto_seq),
+                        });
+                    } else {
+                        warnings.push(Problem {
+                            seq: None,
+                            path: Some(path),
+                            problem: format!("checkpoint file {id} has no ledger record (a crash between writing the file and the record); it is ignored"),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(VerifyReport {
+            ok: problems.is_empty(),
+            records: read.records.len() as u64,
+            problems,
+            warnings,
+            blobs_checked: blobs.len(),
+            patches_checked: patches,
+            checkpoints_checked,
+        })
+    }
+}
+
+fn artifact_exists(ws: &Workspace, patch: &str) -> bool {
+    let rt = ws.runtime_dir();
+    let Ok(art) = fs_util::open_dir(rt.as_fd(), "artifacts") else {
+        return false;
+    };
+    let Ok(dir) = fs_util::open_dir(art.as_fd(), "patches") else {
+        return false;
+    };
+    matches!(
+        fs_util::entry_at(dir.as_fd(), format!("{patch}.diff").as_ref()),
+        Ok(fs_util::EntryKind::File { .. })
+    )
+}

@@ -1,0 +1,382 @@
+//! The workspace: finding it, creating and opening `.agent-runtime/`, and the
+//! entry points the CLI calls (checkpoints, reading the ledger, verify).
+//!
+//! `.agent-runtime/` is opened once per process with `O_DIRECTORY | O_NOFOLLOW`
+//! and checked (a directory, owned by us, mode 0700); everything under it is then
+//! reached relative to that handle, so swapping it for a symlink later cannot
+//! redirect ckpt's writes (RELIABILITY.md S16).
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{FileType, Mode};
+
+use crate::blob_store::BlobStore;
+use crate::checkpoint::{self, CheckpointError, CheckpointFile};
+use crate::fs_util::{self, Confined, FsError};
+use crate::ids::Clock;
+use crate::ledger::{Ledger, LedgerError, LedgerRead};
+use crate::paths::{PathError, RUNTIME_DIR, RelPath};
+use crate::record::{Body, CheckpointRecord, Draft, Record};
+
+/// The default `config.toml` that `ckpt init` writes.
+pub const DEFAULT_CONFIG: &str = include_str!("../.agent-runtime/config.toml");
+/// The `.gitignore` that keeps runtime data out of the user's `git status`.
+pub const RUNTIME_GITIGNORE: &str = "*\n";
+
+/// What went wrong at the workspace level.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// `.agent-runtime/` does not exist.
+    #[error("no ckpt data in `{0}` (no .agent-runtime/ directory); run `ckpt init` there first")]
+    NotInitialized(PathBuf),
+    /// The workspace directory cannot be opened.
+    #[error("cannot open the workspace `{path}`: {source}")]
+    Root {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// `.agent-runtime` is a symlink, not ours, or not a directory.
+    #[error("E_RUNTIME_UNSAFE: `{0}` {1}; refusing to use it")]
+    RuntimeUnsafe(PathBuf, String),
+    /// An I/O failure.
+    #[error(transparent)]
+    Io(#[from] FsError),
+    /// A ledger failure.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A blob failure.
+    #[error(transparent)]
+    Blob(#[from] crate::blob_store::BlobError),
+    /// A checkpoint failure.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A refused path.
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// An id that names nothing in the ledger.
+    #[error(
+        "`{0}` is not a checkpoint, call, patch, action or conflict id in this workspace; run `ckpt log` to see them"
+    )]
+    UnknownId(String),
+}
+
+/// Options for opening a workspace.
+#[derive(Debug, Default)]
+pub struct OpenOptions {
+    /// The clock and id source (fixed in tests).
+    pub clock: Clock,
+}
+
+/// What `ckpt init` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitStats {
+    /// True when `.agent-runtime/` was created now.
+    pub created: bool,
+    /// True when `config.toml` was written now.
+    pub wrote_config: bool,
+}
+
+/// An open workspace.
+#[derive(Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    canonical_root: Option<PathBuf>,
+    confined: Confined,
+    rt: Arc<OwnedFd>,
+    clock: Arc<Clock>,
+    ledger: Ledger,
+    blobs: BlobStore,
+}
+
+/// Finds the workspace for a command started in `cwd`: the git top level when
+/// inside a git repository, else the nearest ancestor that holds
+/// `.agent-runtime/`, else `cwd` itself.
+pub fn discover(cwd: &Path) -> PathBuf {
+    if let Some(top) = crate::git::toplevel(cwd) {
+        return top;
+    }
+    for dir in cwd.ancestors() {
+        if dir.join(RUNTIME_DIR).is_dir() {
+            return dir.to_path_buf();
+        }
+    }
+    cwd.to_path_buf()
+}
+
+fn open_runtime(root: &Path, confined: &Confined) -> Result<OwnedFd, WorkspaceError> {
+    let rt_path = root.join(RUNTIME_DIR);
+    let fd = match fs_util::open_dir(confined.root(), RUNTIME_DIR) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(WorkspaceError::NotInitialized(root.to_path_buf()));
+        }
+        Err(e)
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+        {
+            return Err(WorkspaceError::RuntimeUnsafe(
+                rt_path,
+                "is a symlink or not a directory".into(),
+            ));
+        }
+        Err(e) => return Err(FsError::new("open", rt_path.display().to_string(), e).into()),
+    };
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| FsError::new("stat", rt_path.display().to_string(), e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Err(WorkspaceError::RuntimeUnsafe(
+            rt_path,
+            "is not a directory".into(),
+        ));
+    }
+    if st.st_uid != rustix::process::geteuid().as_raw() {
+        return Err(WorkspaceError::RuntimeUnsafe(
+            rt_path,
+            "belongs to another user".into(),
+        ));
+    }
+    if st.st_mode & 0o777 != 0o700 {
+        // Ours, but readable by others (e.g. fresh from a git checkout): make it private.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))
+            .map_err(|e| FsError::new("chmod", rt_path.display().to_string(), e.into()))?;
+    }
+    Ok(fd)
+}
+
+impl Workspace {
+    /// Creates `.agent-runtime/` (mode 0700) with its `.gitignore` and default
+    /// `config.toml` if missing, then opens the workspace. Running it twice
+    /// changes nothing.
+    pub fn init(root: &Path, opts: OpenOptions) -> Result<(Workspace, InitStats), WorkspaceError> {
+        let confined = Confined::open(root).map_err(|source| WorkspaceError::Root {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let (_, created) = fs_util::open_or_create_private_dir(confined.root(), RUNTIME_DIR)
+            .map_err(|e| FsError::new("create", root.join(RUNTIME_DIR).display().to_string(), e))?;
+        drop(confined);
+        let ws = Workspace::open(root, opts)?;
+        let rt = ws.rt.as_fd();
+        let mut wrote_config = false;
+        for (name, content) in [
+            (".gitignore", RUNTIME_GITIGNORE),
+            ("config.toml", DEFAULT_CONFIG),
+        ] {
+            if fs_util::entry_at(rt, name.as_ref()).map_err(|e| ws.rt_err("stat", name, e))?
+                == fs_util::EntryKind::Absent
+            {
+                match fs_util::write_atomic(rt, name.as_ref(), content.as_bytes(), 0o600, true) {
+                    Ok(()) => wrote_config |= name == "config.toml",
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(ws.rt_err("write", name, e)),
+                }
+            }
+        }
+        for d in ["tmp", "checkpoints", "artifacts", "conflicts"] {
+            fs_util::open_or_create_private_dir(rt, d).map_err(|e| ws.rt_err("create", d, e))?;
+        }
+        let art =
+            fs_util::open_dir(rt, "artifacts").map_err(|e| ws.rt_err("open", "artifacts", e))?;
+        for d in ["blobs", "patches", "outputs"] {
+            fs_util::open_or_create_private_dir(art.as_fd(), d)
+                .map_err(|e| ws.rt_err("create", d, e))?;
+        }
+        Ok((
+            ws,
+            InitStats {
+                created,
+                wrote_config,
+            },
+        ))
+    }
+
+    /// Opens an existing workspace (fails with a hint when `ckpt init` is needed).
+    pub fn open(root: &Path, opts: OpenOptions) -> Result<Workspace, WorkspaceError> {
+        let OpenOptions { clock } = opts;
+        let confined = Confined::open(root).map_err(|source| WorkspaceError::Root {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let rt = Arc::new(open_runtime(root, &confined)?);
+        let clock = Arc::new(clock);
+        let canonical_root = std::fs::canonicalize(root).ok().filter(|c| c != root);
+        Ok(Workspace {
+            root: root.to_path_buf(),
+            canonical_root,
+            confined,
+            ledger: Ledger::new(rt.clone(), clock.clone()),
+            blobs: BlobStore::new(rt.clone()),
+            rt,
+            clock,
+        })
+    }
+
+    fn rt_err(&self, op: &'static str, name: &str, e: io::Error) -> WorkspaceError {
+        FsError::new(
+            op,
+            format!("{}/{RUNTIME_DIR}/{name}", self.root.display()),
+            e,
+        )
+        .into()
+    }
+
+    /// The workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// The clock and id source.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The workspace-confined file reader and writer.
+    pub fn files(&self) -> &Confined {
+        &self.confined
+    }
+
+    /// The `.agent-runtime/` directory handle.
+    pub fn runtime_dir(&self) -> &Arc<OwnedFd> {
+        &self.rt
+    }
+
+    /// Turns a path from a payload or the command line into a checked `RelPath`.
+    pub fn rel_path(&self, input: &[u8], base: Option<&RelPath>) -> Result<RelPath, PathError> {
+        let mut roots: Vec<&Path> = vec![&self.root];
+        if let Some(c) = &self.canonical_root {
+            roots.push(c);
+        }
+        RelPath::from_input(input, &roots, base)
+    }
+
+    /// Reads the whole ledger (tolerating a torn tail).
+    pub fn read_ledger(&self) -> Result<LedgerRead, WorkspaceError> {
+        Ok(self.ledger.read()?)
+    }
+
+    /// Makes a checkpoint: writes `checkpoints/<id>.json` durably, then appends
+    /// the `checkpoint` record, both under the ledger lock so `upto_seq` is exact.
+    pub fn checkpoint(&self, opts: CheckpointOptions) -> Result<CheckpointRecord, WorkspaceError> {
+        let CheckpointOptions {
+            label,
+            session,
+            session_leaf,
+            extra,
+        } = opts;
+        // git status can take a while on big trees: read it before taking the lock.
+        let git = crate::git::state(&self.root);
+        let id = self.clock.new_id("ckpt_");
+        let mut lock = self.ledger.lock()?;
+        let tail = lock.tail().clone();
+        let file = CheckpointFile {
+            v: 1,
+            checkpoint: id.clone(),
+            label: label.clone(),
+            created: self.clock.now_rfc3339(),
+            session: session.clone(),
+            session_leaf: session_leaf.clone(),
+            upto_seq: tail.seq,
+            upto_hash: tail.hash.clone(),
+            git: git.clone(),
+            extra,
+            checksum: None,
+        };
+        let file_ref = checkpoint::write(&self.rt, &file)?;
+        crate::failpoint::hit("checkpoint.before_record")
+            .map_err(|e| self.rt_err("record checkpoint", &file_ref, e))?;
+        let rec = CheckpointRecord {
+            checkpoint: id,
+            label,
+            upto_seq: tail.seq,
+            upto_hash: tail.hash,
+            session_leaf,
+            git,
+            file_ref,
+        };
+        lock.append(&[Draft::in_session(session, Body::Checkpoint(rec.clone()))])?;
+        Ok(rec)
+    }
+
+    /// Lists checkpoints recorded in the ledger, oldest first.
+    pub fn checkpoints(&self) -> Result<Vec<(Record, CheckpointRecord)>, WorkspaceError> {
+        let read = self.ledger.read()?;
+        Ok(read
+            .records
+            .into_iter()
+            .filter_map(|r| match &r.body {
+                Body::Checkpoint(c) => {
+                    let c = c.clone();
+                    Some((r, c))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Reads and checks a checkpoint's file.
+    pub fn checkpoint_file(&self, id: &str) -> Result<CheckpointFile, WorkspaceError> {
+        Ok(checkpoint::read(&self.rt, id)?)
+    }
+
+    /// Removes temp files older than an hour that crashed writers left in `tmp/`.
+    /// Returns how many were removed.
+    pub fn sweep_tmp(&self) -> usize {
+        let Ok(tmp) = fs_util::open_dir(self.rt.as_fd(), "tmp") else {
+            return 0;
+        };
+        let Ok(mut dir) = rustix::fs::Dir::read_from(&tmp) else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let mut n = 0;
+        while let Some(Ok(ent)) = dir.next() {
+            let name = ent.file_name().to_owned();
+            if name.to_bytes().starts_with(b".") {
+                continue;
+            }
+            if let Ok(st) =
+                rustix::fs::statat(&tmp, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            {
+                if now - st.st_mtime > 3600
+                    && rustix::fs::unlinkat(&tmp, name.as_c_str(), rustix::fs::AtFlags::empty())
+                        .is_ok()
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+}
+
+/// Options for [`Workspace::checkpoint`].
+#[derive(Debug, Default, Clone)]
+pub struct CheckpointOptions {
+    /// A label (`-m`).
+    pub label: Option<String>,
+    /// The session the checkpoint is for.
+    pub session: Option<String>,
+    /// That session's leaf entry.
+    pub session_leaf: Option<String>,
+    /// Extra data to keep in the checkpoint file.
+    pub extra: Option<serde_json::Value>,
+}
