@@ -170,10 +170,7 @@ impl BlobStore {
             return Err(Self::err("store", "tmp", e));
         }
         let h = hasher.finish();
-        if self.stored_size(&h) == Some(total) {
-            let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
-            return Ok((h, total));
-        }
+        // Publishing checks an existing copy and replaces it if it is damaged.
         self.publish(&name, &h)?;
         Ok((h, total))
     }

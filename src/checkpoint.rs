@@ -159,13 +159,13 @@ pub fn list_files(rt: &OwnedFd) -> io::Result<Vec<String>> {
     };
     let mut out = Vec::new();
     let mut it = rustix::fs::Dir::read_from(&dir)?;
-    while let Some(ent) = it.next() {
+    for ent in it.by_ref() {
         let ent = ent?;
         let name = ent.file_name().to_string_lossy();
-        if let Some(id) = name.strip_suffix(".json") {
-            if valid_id(id) {
-                out.push(id.to_string());
-            }
+        if let Some(id) = name.strip_suffix(".json")
+            && valid_id(id)
+        {
+            out.push(id.to_string());
         }
     }
     out.sort();

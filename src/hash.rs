@@ -51,7 +51,7 @@ impl ContentHash {
     /// Returns a short form for human output (`sha256:` + 12 hex digits).
     pub fn short(&self) -> String {
         let h = self.hex();
-        format!("{}", &h[..12])
+        h[..12].to_string()
     }
 }
 

@@ -32,6 +32,7 @@
 //! invalid followed by a valid line is corruption at that `seq`: the reader stops
 //! before it and reports it; nothing is ever deleted automatically.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -55,6 +56,12 @@ pub const LOCK_FILE: &str = "ledger.lock";
 pub const MAX_LINE: usize = 1024 * 1024;
 /// Created when an `fdatasync` of the ledger failed; `ckpt verify` reports it.
 pub const NEEDS_VERIFY_FILE: &str = "needs-verify";
+/// The last acknowledged `{seq, hash}`, rewritten in place after every append.
+/// It is not synced (the ledger is, first), so after a crash it can only lag
+/// behind the ledger, never run ahead of it: a head *ahead* of the ledger's last
+/// record means records were cut off the end (`ledger_truncated`), which the
+/// chain alone cannot see.
+pub const HEAD_FILE: &str = "ledger.head";
 
 const HASH_SUFFIX_PREFIX: &[u8] = b",\"hash\":\"sha256:";
 const HASH_SUFFIX_LEN: usize = HASH_SUFFIX_PREFIX.len() + 64 + 2;
@@ -117,41 +124,110 @@ struct Header<'a> {
     hash: std::borrow::Cow<'a, str>,
 }
 
-/// One line checked on its own (JSON, version, hash); not yet against the chain.
+/// One line checked on its own (size, hash, header); not yet against the chain.
 pub struct LineCheck<'a> {
-    header: Header<'a>,
+    seq: u64,
+    ts: Cow<'a, str>,
+    kind: Cow<'a, str>,
+    session: Option<Cow<'a, str>>,
+    prev: Option<Cow<'a, str>>,
+    hash: Cow<'a, str>,
 }
 
 impl LineCheck<'_> {
     /// The line's `seq`.
     pub fn seq(&self) -> u64 {
-        self.header.seq
+        self.seq
     }
     /// The line's `hash`.
     pub fn hash(&self) -> &str {
-        &self.header.hash
+        &self.hash
     }
     /// The line's `prev`.
     pub fn prev(&self) -> Option<&str> {
-        self.header.prev.as_deref()
+        self.prev.as_deref()
     }
     /// The line's `kind`.
     pub fn kind(&self) -> &str {
-        &self.header.kind
+        &self.kind
     }
 }
 
-/// Checks one line (without its `\n`) on its own: size, JSON shape, version and
-/// its own hash. Never panics, whatever the bytes.
+/// Reads the header of a line in the exact layout ckpt writes
+/// (`{"v":1,"seq":N,"ts":"…","kind":"…"[,"session":"…"],…,"prev":…,"hash":"…"}`)
+/// without a JSON parser. Returns `None` for any other layout, which then goes
+/// through serde (same result, slower).
+fn fast_header(line: &[u8]) -> Option<LineCheck<'_>> {
+    let rest = line.strip_prefix(b"{\"v\":1,\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 || (rest[0] == b'0') {
+        return None;
+    }
+    let seq: u64 = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let rest = rest[digits..].strip_prefix(b",\"ts\":\"")?;
+    let (ts, rest) = plain_string(rest)?;
+    let rest = rest.strip_prefix(b",\"kind\":\"")?;
+    let (kind, rest) = plain_string(rest)?;
+    let session = match rest.strip_prefix(b",\"session\":\"") {
+        Some(r) => Some(plain_string(r)?.0),
+        None => None,
+    };
+    // Suffix: ,"prev":null|"sha256:<64>" then ,"hash":"sha256:<64>"}
+    let n = line.len();
+    let hash = std::str::from_utf8(&line[n - 2 - 71..n - 2]).ok()?;
+    let before_hash = &line[..n - HASH_SUFFIX_LEN];
+    let prev = if let Some(p) = before_hash.strip_suffix(b",\"prev\":null") {
+        let _ = p;
+        None
+    } else {
+        let q = before_hash.strip_suffix(b"\"")?;
+        let start = q.len().checked_sub(71)?;
+        if &q[start.checked_sub(9)?..start] != b",\"prev\":\"" {
+            return None;
+        }
+        let p = std::str::from_utf8(&q[start..]).ok()?;
+        // Its hex digits need no check here: the chain compares it with the
+        // previous record's hash byte for byte.
+        if !p.starts_with("sha256:") {
+            return None;
+        }
+        Some(Cow::Borrowed(p))
+    };
+    Some(LineCheck {
+        seq,
+        ts: Cow::Borrowed(ts),
+        kind: Cow::Borrowed(kind),
+        session: session.map(Cow::Borrowed),
+        prev,
+        hash: Cow::Borrowed(hash),
+    })
+}
+
+/// A JSON string body with no escapes, up to its closing quote.
+fn plain_string(b: &[u8]) -> Option<(&str, &[u8])> {
+    let end = memchr::memchr2(b'"', b'\\', b)?;
+    if b[end] != b'"' {
+        return None;
+    }
+    let s = std::str::from_utf8(&b[..end]).ok()?;
+    if s.bytes().any(|c| c < 0x20) {
+        return None;
+    }
+    Some((s, &b[end + 1..]))
+}
+
+/// Checks one line (without its `\n`) on its own: size, hash, version, header.
+/// The full JSON of the line is checked when its record is parsed. Never panics,
+/// whatever the bytes.
 pub fn check_line(line: &[u8]) -> Result<LineCheck<'_>, String> {
     if line.len() >= MAX_LINE {
         return Err("line longer than the 1 MiB limit".into());
     }
-    if line.contains(&0) {
-        return Err("NUL bytes in the line (a torn or zero-filled write)".into());
-    }
     if line.len() < HASH_SUFFIX_LEN + 2 {
         return Err("line too short to be a record".into());
+    }
+    if memchr::memchr(0, line).is_some() {
+        return Err("NUL bytes in the line (a torn or zero-filled write)".into());
     }
     let cut = line.len() - HASH_SUFFIX_LEN;
     if &line[cut..cut + HASH_SUFFIX_PREFIX.len()] != HASH_SUFFIX_PREFIX || !line.ends_with(b"\"}") {
@@ -162,8 +238,14 @@ pub fn check_line(line: &[u8]) -> Result<LineCheck<'_>, String> {
     h.update(b"}");
     let digest = h.finish();
     let claimed = &line[cut + HASH_SUFFIX_PREFIX.len()..line.len() - 2];
-    if hex(digest.as_bytes()).as_bytes() != claimed {
+    if !hex_eq(digest.as_bytes(), claimed) {
         return Err("hash does not match the record's content".into());
+    }
+    if let Some(c) = fast_header(line) {
+        if c.seq == 0 {
+            return Err("seq 0 is not a valid position".into());
+        }
+        return Ok(c);
     }
     let header: Header<'_> =
         serde_json::from_slice(line).map_err(|e| format!("not a valid record: {e}"))?;
@@ -173,7 +255,23 @@ pub fn check_line(line: &[u8]) -> Result<LineCheck<'_>, String> {
     if header.seq == 0 {
         return Err("seq 0 is not a valid position".into());
     }
-    Ok(LineCheck { header })
+    Ok(LineCheck {
+        seq: header.seq,
+        ts: header.ts,
+        kind: header.kind,
+        session: header.session,
+        prev: header.prev,
+        hash: header.hash,
+    })
+}
+
+fn hex_eq(digest: &[u8; 32], hex_text: &[u8]) -> bool {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    hex_text.len() == 64
+        && digest.iter().enumerate().all(|(i, b)| {
+            hex_text[2 * i] == DIGITS[(b >> 4) as usize]
+                && hex_text[2 * i + 1] == DIGITS[(b & 15) as usize]
+        })
 }
 
 /// Serialises a record line (with its `\n`), returning the line and its hash.
@@ -231,8 +329,9 @@ fn build_line(
 }
 
 /// Parses a full record from a line already checked by [`check_line`].
-fn to_record(line: &[u8], check: &LineCheck<'_>) -> Result<Record, String> {
-    let h = &check.header;
+fn to_record(line: &[u8], h: &LineCheck<'_>) -> Result<Record, String> {
+    // One serde pass over the whole line: the body struct validates the JSON and
+    // ignores the header fields (already read by `check_line`).
     let body = Body::parse(&h.kind, line).map_err(|e| format!("bad {} record: {e}", h.kind))?;
     Ok(Record {
         seq: h.seq,
@@ -460,11 +559,90 @@ impl Ledger {
     }
 }
 
+type RecordVisitor<'a> = dyn FnMut(&[u8], Record) -> Result<(), LedgerError> + 'a;
+
+/// One line, checked and parsed on its own (no chain yet).
+enum Parsed {
+    /// Hash and header fine, body parsed.
+    Valid {
+        seq: u64,
+        prev: Option<String>,
+        hash: String,
+        record: Box<Record>,
+    },
+    /// Hash and header fine, but the body is not a valid record of its kind.
+    BadBody {
+        seq: u64,
+        prev: Option<String>,
+        problem: String,
+    },
+    /// Not a record (torn, damaged, over-long, no newline).
+    Invalid(String),
+}
+
+fn parse_one(line: &[u8], terminated: bool) -> Parsed {
+    if !terminated {
+        return Parsed::Invalid("no final newline".into());
+    }
+    match check_line(line) {
+        Err(p) => Parsed::Invalid(p),
+        Ok(c) => match to_record(line, &c) {
+            Ok(record) => Parsed::Valid {
+                seq: c.seq(),
+                prev: c.prev().map(str::to_string),
+                hash: c.hash().to_string(),
+                record: Box::new(record),
+            },
+            Err(problem) => Parsed::BadBody {
+                seq: c.seq(),
+                prev: c.prev().map(str::to_string),
+                problem,
+            },
+        },
+    }
+}
+
+/// A batch of lines of one buffer: (start, end, terminated) spans.
+type Spans = Vec<(usize, usize, bool)>;
+
+/// Checks and parses a batch of lines, on several threads when it is big: the
+/// hash and the JSON of each line are independent of the others.
+fn parse_batch(buf: &[u8], spans: &[(usize, usize, bool)]) -> Vec<Parsed> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4);
+    if threads < 2 || spans.len() < 4096 {
+        return spans
+            .iter()
+            .map(|&(s, e, t)| parse_one(&buf[s..e], t))
+            .collect();
+    }
+    let per = spans.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = spans
+            .chunks(per)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|&(s, e, t)| parse_one(&buf[s..e], t))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(spans.len());
+        for h in handles {
+            match h.join() {
+                Ok(v) => out.extend(v),
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        }
+        out
+    })
+}
+
 /// Validates records one after another and classifies damage (B5).
-fn read_lines(
-    mut file: File,
-    visit: &mut dyn FnMut(&[u8], Record) -> Result<(), LedgerError>,
-) -> Result<LedgerRead, LedgerError> {
+fn read_lines(mut file: File, visit: &mut RecordVisitor<'_>) -> Result<LedgerRead, LedgerError> {
     let mut out = LedgerRead::default();
     let mut first_bad: Option<Corruption> = None;
     let mut line_no = 0u64;
@@ -472,82 +650,86 @@ fn read_lines(
     let mut prev_hash: Option<String> = None;
     let mut stop = false;
 
-    let mut on_line = |offset: u64, line: &[u8], terminated: bool| -> Result<(), LedgerError> {
+    let mut on_batch = |base: u64, buf: &[u8], spans: &Spans| -> Result<(), LedgerError> {
         if stop {
             return Ok(());
         }
-        line_no += 1;
-        let checked = if terminated {
-            check_line(line)
-        } else {
-            Err("no final newline".into())
-        };
-        match checked {
-            Ok(c) => {
-                if first_bad.is_some() {
-                    // A valid line after a bad one: the bad one was not a torn tail.
-                    stop = true;
-                    return Ok(());
-                }
-                let problem = if c.seq() != expect_seq {
-                    Some(format!(
-                        "seq {} where seq {expect_seq} was expected (a record is missing, duplicated or out of order)",
-                        c.seq()
-                    ))
-                } else if c.prev() != prev_hash.as_deref() {
-                    Some(
-                        "`prev` does not match the previous record's hash (the chain is broken)"
-                            .into(),
-                    )
-                } else {
-                    None
-                };
-                if let Some(problem) = problem {
-                    first_bad = Some(Corruption {
-                        seq: expect_seq,
-                        line: line_no,
-                        offset,
-                        problem,
-                    });
-                    stop = true;
-                    return Ok(());
-                }
-                match to_record(line, &c) {
-                    Ok(rec) => {
-                        prev_hash = Some(c.hash().to_string());
-                        expect_seq += 1;
-                        out.tail = Tail {
-                            seq: c.seq(),
-                            hash: prev_hash.clone(),
-                            end: offset + line.len() as u64 + 1,
-                        };
-                        visit(line, rec)?;
-                    }
-                    Err(problem) => {
+        let parsed = parse_batch(buf, spans);
+        for (&(s, e, _), p) in spans.iter().zip(parsed) {
+            if stop {
+                break;
+            }
+            line_no += 1;
+            let offset = base + s as u64;
+            let (seq, prev) = match &p {
+                Parsed::Invalid(problem) => {
+                    if first_bad.is_none() {
                         first_bad = Some(Corruption {
                             seq: expect_seq,
                             line: line_no,
                             offset,
-                            problem,
+                            problem: problem.clone(),
                         });
-                        stop = true;
                     }
+                    continue;
                 }
+                Parsed::Valid { seq, prev, .. } | Parsed::BadBody { seq, prev, .. } => {
+                    (*seq, prev.as_deref())
+                }
+            };
+            if first_bad.is_some() {
+                // A valid line after a bad one: the bad one was not a torn tail.
+                stop = true;
+                break;
             }
-            Err(problem) => {
-                if first_bad.is_none() {
+            let problem = if seq != expect_seq {
+                Some(format!(
+                    "seq {seq} where seq {expect_seq} was expected (a record is missing, duplicated or out of order)"
+                ))
+            } else if prev != prev_hash.as_deref() {
+                Some(
+                    "`prev` does not match the previous record's hash (the chain is broken)".into(),
+                )
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                first_bad = Some(Corruption {
+                    seq: expect_seq,
+                    line: line_no,
+                    offset,
+                    problem,
+                });
+                stop = true;
+                break;
+            }
+            match p {
+                Parsed::Valid { hash, record, .. } => {
+                    expect_seq += 1;
+                    out.tail = Tail {
+                        seq,
+                        hash: Some(hash.clone()),
+                        end: base + e as u64 + 1,
+                    };
+                    prev_hash = Some(hash);
+                    visit(&buf[s..e], *record)?;
+                }
+                Parsed::BadBody { problem, .. } => {
                     first_bad = Some(Corruption {
                         seq: expect_seq,
                         line: line_no,
                         offset,
                         problem,
                     });
+                    stop = true;
+                    break;
                 }
+                Parsed::Invalid(_) => unreachable!("handled above"),
             }
         }
         Ok(())
     };
-    split_lines(&mut file, &mut on_line)?;
+    split_lines(&mut file, &mut on_batch)?;
     let file_len = file.seek(SeekFrom::End(0)).map_err(|e| io_err("seek", e))?;
     match first_bad {
         Some(c) if stop => out.corruption = Some(c),
@@ -562,49 +744,55 @@ fn read_lines(
     Ok(out)
 }
 
-/// Splits a file into lines with bounded memory: a line longer than the cap is
-/// reported (truncated to the cap) without being buffered whole.
-fn split_lines(
-    file: &mut File,
-    on_line: &mut dyn FnMut(u64, &[u8], bool) -> Result<(), LedgerError>,
-) -> Result<(), LedgerError> {
-    const CHUNK: usize = 4 * 1024 * 1024;
-    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + MAX_LINE);
+type BatchVisitor<'a> = dyn FnMut(u64, &[u8], &Spans) -> Result<(), LedgerError> + 'a;
+
+/// Splits a file into batches of lines with bounded memory: a line longer than
+/// the cap is reported (cut to the cap, so it fails its check) without being
+/// buffered whole.
+fn split_lines(file: &mut File, on_batch: &mut BatchVisitor<'_>) -> Result<(), LedgerError> {
+    // Small ledgers get a small buffer (a hook reads a short ledger often).
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let chunk: usize = (size as usize + 1).clamp(64 * 1024, 8 * 1024 * 1024);
+    let mut buf: Vec<u8> = Vec::with_capacity(chunk);
     let mut buf_offset = 0u64; // file offset of buf[0]
     let mut skipping_long = false;
-    let mut chunk = vec![0u8; CHUNK];
+    let mut spans: Spans = Vec::new();
     loop {
-        let n = match file.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_err("read", e)),
+        let old = buf.len();
+        buf.resize(old + chunk, 0);
+        let n = loop {
+            match file.read(&mut buf[old..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err("read", e)),
+            }
         };
+        buf.truncate(old + n);
         let eof = n == 0;
-        buf.extend_from_slice(&chunk[..n]);
+        spans.clear();
         let mut start = 0usize;
-        while let Some(i) = memchr::memchr(b'\n', &buf[start..]) {
-            let end = start + i;
+        for end in memchr::memchr_iter(b'\n', &buf) {
             if skipping_long {
                 skipping_long = false;
             } else {
-                on_line(buf_offset + start as u64, &buf[start..end], true)?;
+                spans.push((start, end, true));
             }
             start = end + 1;
         }
-        if eof {
-            if start < buf.len() && !skipping_long {
-                on_line(buf_offset + start as u64, &buf[start..], false)?;
-            }
-            return Ok(());
+        if eof && start < buf.len() && !skipping_long {
+            spans.push((start, buf.len(), false));
+            start = buf.len();
         }
-        if buf.len() - start > MAX_LINE && !skipping_long {
+        if !eof && buf.len() - start > MAX_LINE && !skipping_long {
             // Report the over-long line once, then drop bytes until its newline.
-            on_line(
-                buf_offset + start as u64,
-                &buf[start..start + MAX_LINE],
-                true,
-            )?;
+            spans.push((start, start + MAX_LINE, true));
             skipping_long = true;
+        }
+        if !spans.is_empty() {
+            on_batch(buf_offset, &buf, &spans)?;
+        }
+        if eof {
+            return Ok(());
         }
         if skipping_long {
             start = buf.len();
@@ -687,6 +875,44 @@ fn scan_tail(file: &mut File, len: u64) -> Result<(Tail, Option<TornTail>), Ledg
     }
 }
 
+/// The head anchor as last written: `(seq, hash)`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct Head {
+    /// The last acknowledged seq.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: Option<String>,
+}
+
+fn write_head(rt: std::os::fd::BorrowedFd<'_>, tail: &Tail) {
+    // Best effort and unsynced (see HEAD_FILE): a fixed-size record written in
+    // place so a reader never sees a mix of two lengths.
+    let Ok(mut body) = serde_json::to_vec(&Head {
+        seq: tail.seq,
+        hash: tail.hash.clone(),
+    }) else {
+        return;
+    };
+    body.resize(127, b' ');
+    body.push(b'\n');
+    if let Ok(fd) = rustix::fs::openat(
+        rt,
+        HEAD_FILE,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    ) {
+        let _ = rustix::io::pwrite(&fd, &body, 0);
+    }
+}
+
+/// Reads the head anchor, if there is a readable one.
+pub fn read_head(rt: std::os::fd::BorrowedFd<'_>) -> Option<Head> {
+    let mut f = fs_util::open_regular_at(rt, HEAD_FILE.as_ref()).ok()?;
+    let mut buf = Vec::new();
+    Read::by_ref(&mut f).take(4096).read_to_end(&mut buf).ok()?;
+    serde_json::from_slice(buf.trim_ascii()).ok()
+}
+
 /// The writer lock, held until dropped. Appends made through it are durable
 /// when `append` returns.
 #[must_use = "dropping the lock releases it; append through it first"]
@@ -739,6 +965,7 @@ impl LedgerLock<'_> {
             hash: prev,
             end: self.tail.end + buf.len() as u64,
         };
+        write_head(self.ledger.rt.as_fd(), &self.tail);
         Ok(out)
     }
 

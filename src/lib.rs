@@ -49,6 +49,7 @@ pub mod git;
 pub mod hash;
 pub mod ids;
 pub mod ledger;
+pub mod merge;
 pub mod patch;
 pub mod paths;
 pub mod record;

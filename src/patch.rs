@@ -58,10 +58,10 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
             format!("deleted file mode {}\n", before.mode.unwrap_or("100644")).as_bytes(),
         ),
         _ => {
-            if let (Some(m1), Some(m2)) = (before.mode, after.mode) {
-                if m1 != m2 {
-                    out.extend_from_slice(format!("old mode {m1}\nnew mode {m2}\n").as_bytes());
-                }
+            if let (Some(m1), Some(m2)) = (before.mode, after.mode)
+                && m1 != m2
+            {
+                out.extend_from_slice(format!("old mode {m1}\nnew mode {m2}\n").as_bytes());
             }
         }
     }

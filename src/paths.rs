@@ -329,7 +329,7 @@ pub fn b64_encode(data: &[u8]) -> String {
 /// Decodes standard base64 with padding; `None` on any invalid input.
 pub fn b64_decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| B64.iter().position(|&x| x == c).map(|v| v as u32);

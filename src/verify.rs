@@ -80,6 +80,24 @@ impl Workspace {
             });
         }
         let rt = self.runtime_dir();
+        if let Some(head) = crate::ledger::read_head(rt.as_fd()) {
+            if read.corruption.is_none() && head.seq > read.tail.seq {
+                problems.push(Problem {
+                    seq: Some(head.seq),
+                    path: Some("ledger.jsonl".into()),
+                    problem: format!(
+                        "ledger_truncated: seq {} was written but the ledger now ends at seq {}",
+                        head.seq, read.tail.seq
+                    ),
+                });
+            } else if head.seq == read.tail.seq && head.hash != read.tail.hash {
+                problems.push(Problem {
+                    seq: Some(head.seq),
+                    path: Some("ledger.jsonl".into()),
+                    problem: format!("the record at seq {} is not the one that was written (its hash differs from ledger.head)", head.seq),
+                });
+            }
+        }
         if fs_util::entry_at(rt.as_fd(), NEEDS_VERIFY_FILE.as_ref())
             .map(|e| e != fs_util::EntryKind::Absent)
             .unwrap_or(false)

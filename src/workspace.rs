@@ -355,13 +355,10 @@ impl Workspace {
             }
             if let Ok(st) =
                 rustix::fs::statat(&tmp, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                && now - st.st_mtime > 3600
+                && rustix::fs::unlinkat(&tmp, name.as_c_str(), rustix::fs::AtFlags::empty()).is_ok()
             {
-                if now - st.st_mtime > 3600
-                    && rustix::fs::unlinkat(&tmp, name.as_c_str(), rustix::fs::AtFlags::empty())
-                        .is_ok()
-                {
-                    n += 1;
-                }
+                n += 1;
             }
         }
         n

@@ -50,14 +50,14 @@ pub fn describe(r: &Record) -> (&'static str, String) {
                 s.push_str(&format!(" \"{}\"", first_line(l)));
             }
             s.push_str(&format!(" (covers seq ≤ {})", c.upto_seq));
-            if let Some(g) = &c.git {
-                if let Some(h) = &g.head {
-                    s.push_str(&format!(
-                        " git {}{}",
-                        &h[..h.len().min(10)],
-                        if g.dirty { " dirty" } else { "" }
-                    ));
-                }
+            if let Some(g) = &c.git
+                && let Some(h) = &g.head
+            {
+                s.push_str(&format!(
+                    " git {}{}",
+                    &h[..h.len().min(10)],
+                    if g.dirty { " dirty" } else { "" }
+                ));
             }
             ("checkpoint", s)
         }

@@ -1,0 +1,264 @@
+//! The commands of the core as a user runs them: init, checkpoint, log, show,
+//! verify, demo; exit codes, one-line errors and file modes (T25).
+
+use crate::common::{TestEnv, walk_modes};
+
+#[test]
+fn init_creates_a_private_runtime_and_is_idempotent() {
+    let env = TestEnv::new();
+    let r = env.ckpt(&["init"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("initialised"), "{}", r.stdout);
+    let rt = env.rt();
+    assert_eq!(
+        std::fs::read_to_string(rt.join(".gitignore")).unwrap(),
+        "*\n"
+    );
+    let config = std::fs::read_to_string(rt.join("config.toml")).unwrap();
+    assert_eq!(
+        config,
+        include_str!("../.agent-runtime/config.toml"),
+        "init writes the repository's default config"
+    );
+    let before = walk_modes(&rt);
+    let r2 = env.ckpt(&["init"]);
+    assert_eq!(r2.code, 0);
+    assert!(r2.stdout.contains("already initialised"), "{}", r2.stdout);
+    assert_eq!(walk_modes(&rt), before, "a second init changes nothing");
+}
+
+#[test]
+fn commands_before_init_fail_with_one_line_that_says_what_to_do() {
+    let env = TestEnv::new();
+    for cmd in [&["log"][..], &["checkpoint"], &["verify"], &["show", "x"]] {
+        let r = env.ckpt(cmd);
+        assert_eq!(r.code, 1, "{cmd:?}");
+        assert_eq!(r.stderr.lines().count(), 1, "one line: {}", r.stderr);
+        assert!(r.stderr.contains("ckpt init"), "{}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    }
+    assert!(!env.rt().exists(), "nothing was created");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let env = TestEnv::init();
+    assert_eq!(env.ckpt(&["no-such-command"]).code, 2);
+    assert_eq!(env.ckpt(&["checkpoint", "--bogus"]).code, 2);
+    assert_eq!(env.ckpt(&["show"]).code, 2);
+}
+
+#[test]
+fn checkpoint_prints_its_id_and_json_has_the_contract_shape() {
+    let env = TestEnv::init();
+    let r = env.ckpt(&["checkpoint", "-m", "first"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let id = r.stdout.trim();
+    assert!(
+        id.starts_with("ckpt_") && !id.contains(' '),
+        "human mode prints the id alone: {id:?}"
+    );
+    assert!(env.rt().join(format!("checkpoints/{id}.json")).is_file());
+
+    let j = env
+        .ckpt(&["checkpoint", "--json", "-m", "second", "--session", "s1"])
+        .json();
+    assert!(j["checkpoint"].as_str().unwrap().starts_with("ckpt_"));
+    assert_eq!(
+        j["upto_seq"], 1,
+        "the second checkpoint covers the first record"
+    );
+}
+
+#[test]
+fn log_json_lists_records_oldest_first_with_the_common_fields() {
+    let env = TestEnv::init();
+    for i in 0..3 {
+        assert_eq!(env.ckpt(&["checkpoint", "-m", &format!("c{i}")]).code, 0);
+    }
+    let j = env.ckpt(&["log", "--json"]).json();
+    let recs = j["records"].as_array().unwrap();
+    assert_eq!(recs.len(), 3);
+    let mut prev = serde_json::Value::Null;
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r["v"], 1);
+        assert_eq!(r["seq"], i as u64 + 1);
+        assert_eq!(r["kind"], "checkpoint");
+        assert!(r["ts"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(r["prev"], prev, "prev is the previous record's hash");
+        assert!(r["hash"].as_str().unwrap().starts_with("sha256:"));
+        assert_eq!(r["label"], format!("c{i}"));
+        prev = r["hash"].clone();
+    }
+    let human = env.ckpt(&["log"]);
+    assert_eq!(human.stdout.lines().count(), 3, "{}", human.stdout);
+    assert!(human.stdout.contains("\"c1\""));
+    let last = env.ckpt(&["log", "-n", "1", "--json"]).json();
+    assert_eq!(last["records"].as_array().unwrap().len(), 1);
+    assert_eq!(last["records"][0]["seq"], 3);
+}
+
+#[test]
+fn show_finds_checkpoints_calls_and_patches_and_refuses_unknown_ids() {
+    let env = TestEnv::init();
+    // Record a call through the library, then look at it with the binary.
+    let ws = env.open();
+    let p = ws.rel_path(b"src/a.txt", None).unwrap();
+    let mut call = ws
+        .begin_call(ckpt::CallOptions {
+            tool: "Write".into(),
+            call: Some("toolu_1".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    call.write_file(&p, b"one\ntwo\n").unwrap();
+    let stats = call.finish(ckpt::CallStatus::Succeeded, None).unwrap();
+    let patch = &stats.patches[0].patch;
+
+    let r = env.ckpt(&["show", "toolu_1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("call toolu_1"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("+++ b/src/a.txt") && r.stdout.contains("+two"),
+        "{}",
+        r.stdout
+    );
+
+    let j = env.ckpt(&["show", patch, "--json"]).json();
+    assert_eq!(j["kind"], "patch");
+    assert_eq!(j["records"][0]["op"], "create");
+    assert!(
+        j["diffs"][patch]
+            .as_str()
+            .unwrap()
+            .contains("new file mode 100644")
+    );
+
+    let cp = env
+        .ckpt(&["checkpoint", "-m", "x"])
+        .stdout
+        .trim()
+        .to_string();
+    let r = env.ckpt(&["show", &cp]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("anchors seq 3"), "{}", r.stdout);
+
+    let bad = env.ckpt(&["show", "call_nope"]);
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("ckpt log"), "{}", bad.stderr);
+    let badj = env.ckpt(&["show", "call_nope", "--json"]);
+    assert_eq!(
+        badj.json()["exit_code"],
+        1,
+        "--json errors are a JSON document too"
+    );
+}
+
+#[test]
+fn verify_reports_ok_with_counts() {
+    let env = TestEnv::init();
+    env.ckpt(&["checkpoint"]);
+    let r = env.ckpt(&["verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("ok: 1 records"), "{}", r.stdout);
+    let j = env.ckpt(&["verify", "--json"]).json();
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["records"], 1);
+    assert_eq!(j["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn modes_are_private_whatever_the_umask() {
+    for umask in ["000", "077", "022"] {
+        let env = TestEnv::new();
+        let script = format!(
+            "umask {umask} && \"$0\" init && \"$0\" checkpoint -m a >/dev/null && \"$0\" checkpoint -m b >/dev/null"
+        );
+        let mut c = env.command(&[]);
+        c.env_remove("NO_COLOR");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .arg(crate::common::bin())
+            .env("CKPT_WORKSPACE", &env.ws)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rt_mode = std::fs::metadata(env.rt())
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+            .unwrap();
+        assert_eq!(rt_mode, 0o700, "umask {umask}: .agent-runtime");
+        for (path, mode, is_dir) in walk_modes(&env.rt()) {
+            let want = if is_dir { 0o700 } else { 0o600 };
+            assert_eq!(mode, want, "umask {umask}: {} has {mode:o}", path.display());
+        }
+    }
+}
+
+#[test]
+fn runtime_dir_from_a_checkout_is_made_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::init();
+    std::fs::set_permissions(env.rt(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(env.ckpt(&["checkpoint"]).code, 0);
+    assert_eq!(
+        std::fs::metadata(env.rt()).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+}
+
+#[test]
+fn workspace_is_the_git_top_level_from_a_subdirectory() {
+    let env = TestEnv::new();
+    git2::Repository::init(&env.ws).unwrap();
+    std::fs::create_dir_all(env.ws.join("a/b")).unwrap();
+    let mut c = env.command(&["init", "--json"]);
+    c.env_remove("CKPT_WORKSPACE")
+        .current_dir(env.ws.join("a/b"));
+    let r = crate::common::run(c.output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(env.rt().is_dir(), "runtime created at the top level");
+    assert!(!env.ws.join("a/b/.agent-runtime").exists());
+    // And a checkpoint records the git state (unborn branch: no head yet).
+    let mut c = env.command(&["checkpoint"]);
+    c.env_remove("CKPT_WORKSPACE").current_dir(env.ws.join("a"));
+    assert_eq!(crate::common::run(c.output().unwrap()).code, 0);
+    let j = env.ckpt(&["log", "--json"]).json();
+    let git = &j["records"][0]["git"];
+    assert_eq!(git["head"], serde_json::Value::Null);
+    assert!(git["branch"].is_string(), "{git}");
+}
+
+#[test]
+fn outside_git_the_nearest_initialised_ancestor_is_used() {
+    let env = TestEnv::init();
+    std::fs::create_dir_all(env.ws.join("deep/er")).unwrap();
+    let mut c = env.command(&["checkpoint", "--json"]);
+    c.env_remove("CKPT_WORKSPACE")
+        .current_dir(env.ws.join("deep/er"));
+    let r = crate::common::run(c.output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("deep/er/.agent-runtime").exists());
+}
+
+#[test]
+fn demo_runs_to_the_end() {
+    let env = TestEnv::new();
+    let dir = env.dir.path().join("demo");
+    let r = env.ckpt(&["demo", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("verify  → ok"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("FAILED (exit 4)"),
+        "the tamper step is detected: {}",
+        r.stdout
+    );
+    assert!(
+        !dir.exists(),
+        "the scratch workspace is removed without --keep"
+    );
+}

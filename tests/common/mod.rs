@@ -1,0 +1,150 @@
+//! A deterministic test environment: a temp workspace, the real `ckpt` binary
+//! run with a cleared environment, a fixed clock and id seed, and helpers.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub home: PathBuf,
+    pub ws: PathBuf,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ckpt")
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = dir.path().join("home");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        TestEnv { dir, home, ws }
+    }
+
+    /// A new environment with `ckpt init` already run.
+    pub fn init() -> TestEnv {
+        let env = TestEnv::new();
+        let r = env.ckpt(&["init"]);
+        assert_eq!(r.code, 0, "init failed: {}", r.stderr);
+        env
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(args)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("CKPT_WORKSPACE", &self.ws)
+            .env("NO_COLOR", "1")
+            .current_dir(&self.ws)
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn ckpt(&self, args: &[&str]) -> Run {
+        self.ckpt_env(args, &[])
+    }
+
+    pub fn ckpt_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut c = self.command(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run(c.output().expect("spawn ckpt"))
+    }
+
+    pub fn rt(&self) -> PathBuf {
+        self.ws.join(".agent-runtime")
+    }
+
+    pub fn ledger_path(&self) -> PathBuf {
+        self.rt().join("ledger.jsonl")
+    }
+
+    pub fn open(&self) -> ckpt::Workspace {
+        ckpt::Workspace::open(&self.ws, ckpt::OpenOptions::default()).expect("open workspace")
+    }
+
+    pub fn write(&self, rel: &str, data: &[u8]) {
+        let p = self.ws.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+}
+
+pub fn run(o: Output) -> Run {
+    Run {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Lists every file under `dir` with its mode bits, sorted.
+pub fn walk_modes(dir: &Path) -> Vec<(PathBuf, u32, bool)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = std::fs::symlink_metadata(e.path()).unwrap();
+            out.push((e.path(), md.permissions().mode() & 0o7777, md.is_dir()));
+            if md.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A seed for randomized tests: `CKPT_SEED` or a fixed default, printed.
+pub fn seed(default: u64) -> u64 {
+    let s = std::env::var("CKPT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    eprintln!("seed: {s} (replay with CKPT_SEED={s})");
+    s
+}
+
+/// xorshift64* — deterministic, dependency-free randomness for tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}

@@ -1,0 +1,162 @@
+//! T10: every single-byte flip, and deleted, duplicated, reordered or replayed
+//! records anywhere, are detected by `verify` (exit 4); nothing is auto-deleted.
+
+use crate::common::{Rng, TestEnv, seed};
+use crate::ledger_torn::{call_record, ledger_with};
+
+fn lines(bytes: &[u8]) -> Vec<Vec<u8>> {
+    bytes
+        .split_inclusive(|&b| b == b'\n')
+        .map(|l| l.to_vec())
+        .collect()
+}
+
+fn verify_fails(env: &TestEnv, ledger: &[u8]) -> bool {
+    std::fs::write(env.ledger_path(), ledger).unwrap();
+    !env.open().verify().unwrap().ok
+}
+
+#[test]
+fn every_single_byte_flip_is_detected() {
+    let env = ledger_with(50);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    assert!(!verify_fails(&env, &full), "the intact ledger verifies");
+    let ws = env.open();
+    let mut missed = Vec::new();
+    let mut d = full.clone();
+    for i in 0..full.len() {
+        // A different flip pattern per position, so every bit position is exercised.
+        let mask = 1u8 << (i % 8);
+        d[i] ^= mask;
+        std::fs::write(env.ledger_path(), &d).unwrap();
+        if ws.verify().unwrap().ok {
+            missed.push(i);
+        }
+        d[i] ^= mask;
+    }
+    assert!(
+        missed.is_empty(),
+        "{} of {} flips went undetected: {:?}",
+        missed.len(),
+        full.len(),
+        &missed[..missed.len().min(10)]
+    );
+    // Nothing was auto-deleted by all those reads.
+    std::fs::write(env.ledger_path(), &full).unwrap();
+}
+
+#[test]
+fn random_multi_byte_edits_are_detected() {
+    let env = ledger_with(50);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    let mut rng = Rng(seed(0x5eed_0010) | 1);
+    for n in 0..2000 {
+        let mut d = full.clone();
+        let edits = 1 + rng.below(8);
+        for _ in 0..edits {
+            let i = rng.below(d.len() as u64) as usize;
+            let b = rng.below(256) as u8;
+            d[i] = if d[i] == b { b.wrapping_add(1) } else { b };
+        }
+        assert!(verify_fails(&env, &d), "edit set {n} undetected");
+    }
+}
+
+#[test]
+fn deleted_duplicated_reordered_and_replayed_records_are_detected() {
+    let env = ledger_with(50);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    let ls = lines(&full);
+    for k in 0..ls.len() {
+        let mut del = ls.clone();
+        del.remove(k);
+        assert!(
+            verify_fails(&env, &del.concat()),
+            "deleting record {} undetected",
+            k + 1
+        );
+
+        let mut dup = ls.clone();
+        dup.insert(k, ls[k].clone());
+        assert!(
+            verify_fails(&env, &dup.concat()),
+            "duplicating record {} undetected",
+            k + 1
+        );
+
+        let mut replay = ls.clone();
+        replay.push(ls[k].clone());
+        assert!(
+            verify_fails(&env, &replay.concat()),
+            "replaying record {} at the end undetected",
+            k + 1
+        );
+
+        if k + 1 < ls.len() {
+            let mut swap = ls.clone();
+            swap.swap(k, k + 1);
+            assert!(
+                verify_fails(&env, &swap.concat()),
+                "swapping records {} and {} undetected",
+                k + 1,
+                k + 2
+            );
+        }
+    }
+    // Cut back to an earlier valid prefix: the head anchor catches it.
+    for keep in [0usize, 1, 25, 49] {
+        assert!(
+            verify_fails(&env, &ls[..keep].concat()),
+            "truncation to {keep} records undetected"
+        );
+    }
+}
+
+#[test]
+fn corruption_in_the_middle_stops_readers_and_writers_never_delete_it() {
+    let env = ledger_with(20);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    let mut ls = lines(&full);
+    ls[9][30] ^= 0x01; // seq 10
+    let damaged = ls.concat();
+    std::fs::write(env.ledger_path(), &damaged).unwrap();
+    let ws = env.open();
+    let read = ws.read_ledger().unwrap();
+    assert_eq!(read.records.len(), 9, "readers stop before the damage");
+    assert_eq!(read.corruption.as_ref().unwrap().seq, 10);
+
+    let r = env.ckpt(&["verify", "--json"]);
+    assert_eq!(r.code, 4);
+    let j = r.json();
+    assert_eq!(j["ok"], false);
+    assert_eq!(
+        j["problems"][0]["seq"], 10,
+        "the error names the first bad seq"
+    );
+
+    // A writer appends after the damage, but never removes it.
+    ws.ledger().append(call_record(77)).unwrap();
+    let after = std::fs::read(env.ledger_path()).unwrap();
+    assert_eq!(
+        &after[..damaged.len()],
+        &damaged[..],
+        "damaged bytes are kept"
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 4);
+}
+
+#[test]
+fn a_flip_detected_through_the_binary_exits_4() {
+    let env = ledger_with(10);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    let mut rng = Rng(seed(42) | 1);
+    for _ in 0..20 {
+        let mut d = full.clone();
+        let i = rng.below(d.len() as u64) as usize;
+        d[i] ^= 0x04;
+        std::fs::write(env.ledger_path(), &d).unwrap();
+        let r = env.ckpt(&["verify"]);
+        assert_eq!(r.code, 4, "flip at {i}: {}", r.stdout);
+        assert!(r.stdout.contains("FAILED"));
+    }
+}

@@ -1,0 +1,196 @@
+//! T9: the last record cut at every byte offset (and NUL-filled) is tolerated by
+//! readers and repaired by the next writer, with a byte-equal backup.
+
+use ckpt::record::{Body, CallStatus, ToolCall};
+use ckpt::{Draft, OpenOptions, Workspace};
+
+use crate::common::TestEnv;
+
+pub fn call_record(i: usize) -> Draft {
+    Draft::in_session(
+        Some(format!("s{}", i % 3)),
+        Body::ToolCall(ToolCall {
+            call: format!("call_{i:04}"),
+            step: 1,
+            tool: "Bash".into(),
+            status: CallStatus::Started,
+            input_hash: None,
+            risk: None,
+            idempotency: None,
+            replay_policy: None,
+            side_effects: vec!["fs".into()],
+            paths: vec![],
+            result_ref: None,
+            compensation: None,
+            error: None,
+            agent: Some("test".into()),
+        }),
+    )
+}
+
+/// A workspace whose ledger holds `n` tool_call records (no blobs referenced).
+pub fn ledger_with(n: usize) -> TestEnv {
+    let env = TestEnv::init();
+    let ws = env.open();
+    let drafts: Vec<Draft> = (1..=n).map(call_record).collect();
+    ws.ledger().lock().unwrap().append(&drafts).unwrap();
+    env
+}
+
+fn line_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut v = vec![0];
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'\n' && i + 1 < bytes.len() {
+            v.push(i + 1);
+        }
+    }
+    v
+}
+
+fn backups(env: &TestEnv) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(env.rt())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("ledger.jsonl.broken-")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn check_damaged_tail(env: &TestEnv, full: &[u8], good_len: usize, damaged: &[u8], what: &str) {
+    std::fs::write(env.ledger_path(), damaged).unwrap();
+    for b in backups(env) {
+        std::fs::remove_file(b).unwrap();
+    }
+    let ws = Workspace::open(&env.ws, OpenOptions::default()).unwrap();
+    let read = ws.read_ledger().unwrap();
+    assert_eq!(
+        read.records.len(),
+        49,
+        "{what}: the reader returns records 1…49"
+    );
+    assert!(
+        read.corruption.is_none(),
+        "{what}: a torn tail is not corruption"
+    );
+    assert_eq!(read.torn.is_some(), damaged.len() > good_len, "{what}");
+
+    // The next writer backs up, truncates, records the repair, then appends.
+    let appended = ws.ledger().append(call_record(999)).unwrap();
+    let after = std::fs::read(env.ledger_path()).unwrap();
+    assert_eq!(
+        &after[..good_len],
+        &full[..good_len],
+        "{what}: records 1…49 untouched"
+    );
+    let read = ws.read_ledger().unwrap();
+    assert!(
+        read.corruption.is_none() && read.torn.is_none(),
+        "{what}: clean after repair"
+    );
+    let b = backups(env);
+    if damaged.len() > good_len {
+        assert_eq!(b.len(), 1, "{what}: one backup");
+        assert_eq!(
+            std::fs::read(&b[0]).unwrap(),
+            damaged,
+            "{what}: backup is byte-equal"
+        );
+        assert_eq!(read.records.len(), 51, "{what}: 49 + repair + new");
+        assert_eq!(read.records[49].body.kind(), "repair");
+        assert_eq!(
+            read.records[49].prev.as_deref(),
+            Some(read.records[48].hash.as_str()),
+            "{what}: chains to 49"
+        );
+        assert_eq!(appended.seq, 51);
+    } else {
+        assert!(b.is_empty(), "{what}: nothing to repair, no backup");
+        assert_eq!(read.records.len(), 50);
+        assert_eq!(
+            read.records[49].prev.as_deref(),
+            Some(read.records[48].hash.as_str())
+        );
+    }
+    assert!(
+        ws.verify().unwrap().ok,
+        "{what}: verify passes after repair"
+    );
+}
+
+#[test]
+fn last_record_cut_at_every_byte_offset_is_repaired() {
+    let env = ledger_with(50);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    let starts = line_starts(&full);
+    let last = *starts.last().unwrap();
+    // Every cut from "record 50 entirely missing" to "only its newline missing".
+    for cut in last..full.len() {
+        check_damaged_tail(&env, &full, last, &full[..cut], &format!("cut at {cut}"));
+    }
+}
+
+#[test]
+fn nul_filled_tails_are_torn_not_corrupt() {
+    let env = ledger_with(50);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    let last = *line_starts(&full).last().unwrap();
+    let len50 = full.len() - last;
+    for keep in [0, 1, len50 / 2, len50 - 1] {
+        // Record 50's tail replaced by NULs (size kept), as after a power loss.
+        let mut d = full.clone();
+        for b in &mut d[last + keep..] {
+            *b = 0;
+        }
+        check_damaged_tail(&env, &full, last, &d, &format!("NUL from {keep}"));
+        // Record 50 intact but followed by a NUL extension: 50 stays.
+        let mut ext = full.clone();
+        ext.extend(std::iter::repeat_n(0u8, 512 + keep));
+        std::fs::write(env.ledger_path(), &ext).unwrap();
+        let ws = env.open();
+        let read = ws.read_ledger().unwrap();
+        assert_eq!(read.records.len(), 50);
+        assert!(read.torn.is_some());
+        ws.ledger().append(call_record(1000)).unwrap();
+        let after = std::fs::read(env.ledger_path()).unwrap();
+        assert_eq!(&after[..full.len()], &full[..], "record 50 is kept");
+    }
+}
+
+#[test]
+fn a_torn_first_write_leaves_an_empty_ledger() {
+    let env = TestEnv::init();
+    std::fs::write(env.ledger_path(), b"{\"v\":1,\"seq\":1,\"ts\":\"20").unwrap();
+    let ws = env.open();
+    assert_eq!(ws.read_ledger().unwrap().records.len(), 0);
+    let a = ws.ledger().append(call_record(1)).unwrap();
+    assert_eq!(a.seq, 2, "seq 1 is the repair record");
+    let read = ws.read_ledger().unwrap();
+    assert_eq!(read.records[0].body.kind(), "repair");
+    assert_eq!(read.records[0].prev, None);
+}
+
+#[test]
+fn cli_readers_tolerate_a_torn_tail_and_say_so() {
+    let env = ledger_with(5);
+    let mut full = std::fs::read(env.ledger_path()).unwrap();
+    full.truncate(full.len() - 10);
+    std::fs::write(env.ledger_path(), &full).unwrap();
+    let r = env.ckpt(&["log"]);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout.lines().count(), 4);
+    assert!(r.stderr.contains("torn"), "{}", r.stderr);
+    let v = env.ckpt(&["verify"]);
+    assert_eq!(v.code, 4, "verify reports the torn tail: {}", v.stdout);
+    assert_eq!(
+        env.ckpt(&["checkpoint"]).code,
+        0,
+        "the next write repairs it"
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}

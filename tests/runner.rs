@@ -1,0 +1,28 @@
+//! One test binary for every integration test (links once). Each area is a
+//! module; `every_test_file_is_listed` fails if a file in `tests/` is forgotten.
+
+mod common;
+
+mod blob_integrity;
+mod cli_basic;
+mod ledger_concurrency;
+mod ledger_tamper;
+mod ledger_torn;
+mod merge_vs_git;
+mod path_corpus;
+
+#[test]
+fn every_test_file_is_listed() {
+    let listed = include_str!("runner.rs");
+    for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests")).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if let Some(m) = name.strip_suffix(".rs")
+            && m != "runner"
+        {
+            assert!(
+                listed.contains(&format!("mod {m};")),
+                "tests/{name} is not listed in tests/runner.rs"
+            );
+        }
+    }
+}
