@@ -533,6 +533,30 @@ impl Ledger {
         &self,
         mut visit: impl FnMut(&[u8], Record) -> Result<(), LedgerError>,
     ) -> Result<LedgerRead, LedgerError> {
+        let Some(file) = self.open_for_read()? else {
+            return Ok(LedgerRead::default());
+        };
+        read_lines(file, true, &mut |raw, _, rec| match rec {
+            Some(r) => visit(raw, r),
+            None => Ok(()),
+        })
+    }
+
+    /// Checks the whole chain (every line's hash, `seq` and `prev`) and calls
+    /// `visit` with each raw line and its header, without building records;
+    /// bodies can be parsed on demand with [`Body::parse`]. The line's JSON is
+    /// not fully validated here (its hash is).
+    pub fn scan_headers(
+        &self,
+        mut visit: impl FnMut(&[u8], &LineCheck<'_>) -> Result<(), LedgerError>,
+    ) -> Result<LedgerRead, LedgerError> {
+        let Some(file) = self.open_for_read()? else {
+            return Ok(LedgerRead::default());
+        };
+        read_lines(file, false, &mut |raw, check, _| visit(raw, check))
+    }
+
+    fn open_for_read(&self) -> Result<Option<File>, LedgerError> {
         let fd = match rustix::fs::openat(
             &*self.rt,
             LEDGER_FILE,
@@ -540,7 +564,7 @@ impl Ledger {
             Mode::empty(),
         ) {
             Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => return Ok(LedgerRead::default()),
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
             Err(rustix::io::Errno::LOOP) => {
                 return Err(LedgerError::Unsafe("is a symlink".into()));
             }
@@ -550,7 +574,7 @@ impl Ledger {
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(LedgerError::Unsafe("is not a regular file".into()));
         }
-        read_lines(File::from(fd), &mut visit)
+        Ok(Some(File::from(fd)))
     }
 
     /// Returns the ledger's runtime directory handle.
@@ -559,45 +583,29 @@ impl Ledger {
     }
 }
 
-type RecordVisitor<'a> = dyn FnMut(&[u8], Record) -> Result<(), LedgerError> + 'a;
+type RecordVisitor<'a> =
+    dyn FnMut(&[u8], &LineCheck<'_>, Option<Record>) -> Result<(), LedgerError> + 'a;
 
 /// One line, checked and parsed on its own (no chain yet).
-enum Parsed {
-    /// Hash and header fine, body parsed.
-    Valid {
-        seq: u64,
-        prev: Option<String>,
-        hash: String,
-        record: Box<Record>,
-    },
+enum Parsed<'a> {
+    /// Hash and header fine (and the body, when asked for).
+    Valid(LineCheck<'a>, Option<Box<Record>>),
     /// Hash and header fine, but the body is not a valid record of its kind.
-    BadBody {
-        seq: u64,
-        prev: Option<String>,
-        problem: String,
-    },
+    BadBody(LineCheck<'a>, String),
     /// Not a record (torn, damaged, over-long, no newline).
     Invalid(String),
 }
 
-fn parse_one(line: &[u8], terminated: bool) -> Parsed {
+fn parse_one(line: &[u8], terminated: bool, with_body: bool) -> Parsed<'_> {
     if !terminated {
         return Parsed::Invalid("no final newline".into());
     }
     match check_line(line) {
         Err(p) => Parsed::Invalid(p),
+        Ok(c) if !with_body => Parsed::Valid(c, None),
         Ok(c) => match to_record(line, &c) {
-            Ok(record) => Parsed::Valid {
-                seq: c.seq(),
-                prev: c.prev().map(str::to_string),
-                hash: c.hash().to_string(),
-                record: Box::new(record),
-            },
-            Err(problem) => Parsed::BadBody {
-                seq: c.seq(),
-                prev: c.prev().map(str::to_string),
-                problem,
-            },
+            Ok(record) => Parsed::Valid(c, Some(Box::new(record))),
+            Err(problem) => Parsed::BadBody(c, problem),
         },
     }
 }
@@ -607,7 +615,11 @@ type Spans = Vec<(usize, usize, bool)>;
 
 /// Checks and parses a batch of lines, on several threads when it is big: the
 /// hash and the JSON of each line are independent of the others.
-fn parse_batch(buf: &[u8], spans: &[(usize, usize, bool)]) -> Vec<Parsed> {
+fn parse_batch<'a>(
+    buf: &'a [u8],
+    spans: &[(usize, usize, bool)],
+    with_body: bool,
+) -> Vec<Parsed<'a>> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -615,7 +627,7 @@ fn parse_batch(buf: &[u8], spans: &[(usize, usize, bool)]) -> Vec<Parsed> {
     if threads < 2 || spans.len() < 4096 {
         return spans
             .iter()
-            .map(|&(s, e, t)| parse_one(&buf[s..e], t))
+            .map(|&(s, e, t)| parse_one(&buf[s..e], t, with_body))
             .collect();
     }
     let per = spans.len().div_ceil(threads);
@@ -625,7 +637,7 @@ fn parse_batch(buf: &[u8], spans: &[(usize, usize, bool)]) -> Vec<Parsed> {
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
-                        .map(|&(s, e, t)| parse_one(&buf[s..e], t))
+                        .map(|&(s, e, t)| parse_one(&buf[s..e], t, with_body))
                         .collect::<Vec<_>>()
                 })
             })
@@ -642,26 +654,32 @@ fn parse_batch(buf: &[u8], spans: &[(usize, usize, bool)]) -> Vec<Parsed> {
 }
 
 /// Validates records one after another and classifies damage (B5).
-fn read_lines(mut file: File, visit: &mut RecordVisitor<'_>) -> Result<LedgerRead, LedgerError> {
+fn read_lines(
+    mut file: File,
+    with_body: bool,
+    visit: &mut RecordVisitor<'_>,
+) -> Result<LedgerRead, LedgerError> {
     let mut out = LedgerRead::default();
     let mut first_bad: Option<Corruption> = None;
     let mut line_no = 0u64;
     let mut expect_seq = 1u64;
-    let mut prev_hash: Option<String> = None;
+    // The previous record's hash, in a reused buffer (empty: none yet).
+    let mut prev_hash: Vec<u8> = Vec::with_capacity(71);
+    let mut last_end = 0u64;
     let mut stop = false;
 
     let mut on_batch = |base: u64, buf: &[u8], spans: &Spans| -> Result<(), LedgerError> {
         if stop {
             return Ok(());
         }
-        let parsed = parse_batch(buf, spans);
+        let parsed = parse_batch(buf, spans, with_body);
         for (&(s, e, _), p) in spans.iter().zip(parsed) {
             if stop {
                 break;
             }
             line_no += 1;
             let offset = base + s as u64;
-            let (seq, prev) = match &p {
+            let check = match &p {
                 Parsed::Invalid(problem) => {
                     if first_bad.is_none() {
                         first_bad = Some(Corruption {
@@ -673,20 +691,23 @@ fn read_lines(mut file: File, visit: &mut RecordVisitor<'_>) -> Result<LedgerRea
                     }
                     continue;
                 }
-                Parsed::Valid { seq, prev, .. } | Parsed::BadBody { seq, prev, .. } => {
-                    (*seq, prev.as_deref())
-                }
+                Parsed::Valid(c, _) | Parsed::BadBody(c, _) => c,
             };
             if first_bad.is_some() {
                 // A valid line after a bad one: the bad one was not a torn tail.
                 stop = true;
                 break;
             }
+            let seq = check.seq();
+            let prev_ok = match check.prev() {
+                None => prev_hash.is_empty(),
+                Some(p) => p.as_bytes() == prev_hash.as_slice(),
+            };
             let problem = if seq != expect_seq {
                 Some(format!(
                     "seq {seq} where seq {expect_seq} was expected (a record is missing, duplicated or out of order)"
                 ))
-            } else if prev != prev_hash.as_deref() {
+            } else if !prev_ok {
                 Some(
                     "`prev` does not match the previous record's hash (the chain is broken)".into(),
                 )
@@ -704,17 +725,14 @@ fn read_lines(mut file: File, visit: &mut RecordVisitor<'_>) -> Result<LedgerRea
                 break;
             }
             match p {
-                Parsed::Valid { hash, record, .. } => {
+                Parsed::Valid(check, record) => {
                     expect_seq += 1;
-                    out.tail = Tail {
-                        seq,
-                        hash: Some(hash.clone()),
-                        end: base + e as u64 + 1,
-                    };
-                    prev_hash = Some(hash);
-                    visit(&buf[s..e], *record)?;
+                    prev_hash.clear();
+                    prev_hash.extend_from_slice(check.hash().as_bytes());
+                    last_end = base + e as u64 + 1;
+                    visit(&buf[s..e], &check, record.map(|r| *r))?;
                 }
-                Parsed::BadBody { problem, .. } => {
+                Parsed::BadBody(_, problem) => {
                     first_bad = Some(Corruption {
                         seq: expect_seq,
                         line: line_no,
@@ -730,6 +748,13 @@ fn read_lines(mut file: File, visit: &mut RecordVisitor<'_>) -> Result<LedgerRea
         Ok(())
     };
     split_lines(&mut file, &mut on_batch)?;
+    if expect_seq > 1 {
+        out.tail = Tail {
+            seq: expect_seq - 1,
+            hash: Some(String::from_utf8_lossy(&prev_hash).into_owned()),
+            end: last_end,
+        };
+    }
     let file_len = file.seek(SeekFrom::End(0)).map_err(|e| io_err("seek", e))?;
     match first_bad {
         Some(c) if stop => out.corruption = Some(c),
@@ -750,28 +775,32 @@ type BatchVisitor<'a> = dyn FnMut(u64, &[u8], &Spans) -> Result<(), LedgerError>
 /// the cap is reported (cut to the cap, so it fails its check) without being
 /// buffered whole.
 fn split_lines(file: &mut File, on_batch: &mut BatchVisitor<'_>) -> Result<(), LedgerError> {
-    // Small ledgers get a small buffer (a hook reads a short ledger often).
+    // Small ledgers get a small buffer (a hook reads a short ledger often); the
+    // buffer is zeroed only when it grows, never per read.
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let chunk: usize = (size as usize + 1).clamp(64 * 1024, 8 * 1024 * 1024);
-    let mut buf: Vec<u8> = Vec::with_capacity(chunk);
+    let mut buf: Vec<u8> = vec![0u8; chunk];
+    let mut filled = 0usize;
     let mut buf_offset = 0u64; // file offset of buf[0]
     let mut skipping_long = false;
     let mut spans: Spans = Vec::new();
     loop {
-        let old = buf.len();
-        buf.resize(old + chunk, 0);
+        if buf.len() - filled < chunk / 2 {
+            buf.resize(filled + chunk, 0);
+        }
         let n = loop {
-            match file.read(&mut buf[old..]) {
+            match file.read(&mut buf[filled..]) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(io_err("read", e)),
             }
         };
-        buf.truncate(old + n);
+        filled += n;
         let eof = n == 0;
+        let data = &buf[..filled];
         spans.clear();
         let mut start = 0usize;
-        for end in memchr::memchr_iter(b'\n', &buf) {
+        for end in memchr::memchr_iter(b'\n', data) {
             if skipping_long {
                 skipping_long = false;
             } else {
@@ -779,25 +808,26 @@ fn split_lines(file: &mut File, on_batch: &mut BatchVisitor<'_>) -> Result<(), L
             }
             start = end + 1;
         }
-        if eof && start < buf.len() && !skipping_long {
-            spans.push((start, buf.len(), false));
-            start = buf.len();
+        if eof && start < filled && !skipping_long {
+            spans.push((start, filled, false));
+            start = filled;
         }
-        if !eof && buf.len() - start > MAX_LINE && !skipping_long {
+        if !eof && filled - start > MAX_LINE && !skipping_long {
             // Report the over-long line once, then drop bytes until its newline.
             spans.push((start, start + MAX_LINE, true));
             skipping_long = true;
         }
         if !spans.is_empty() {
-            on_batch(buf_offset, &buf, &spans)?;
+            on_batch(buf_offset, data, &spans)?;
         }
         if eof {
             return Ok(());
         }
         if skipping_long {
-            start = buf.len();
+            start = filled;
         }
-        buf.drain(..start);
+        buf.copy_within(start..filled, 0);
+        filled -= start;
         buf_offset += start as u64;
     }
 }
