@@ -66,3 +66,64 @@ pub fn state(root: &Path) -> Option<GitState> {
         dirty,
     })
 }
+
+/// One git index entry's stat data and blob id, for deciding whether a file is
+/// clean against the index without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexStat {
+    /// The blob id (sha1) in the index.
+    pub oid: [u8; 20],
+    /// mtime seconds.
+    pub mtime_s: i64,
+    /// mtime nanoseconds (0 when git did not store them).
+    pub mtime_ns: u32,
+    /// Size, truncated to 32 bits as git stores it.
+    pub size32: u32,
+    /// Inode, truncated to 32 bits as git stores it.
+    pub ino32: u32,
+    /// git mode (`0o100644`, `0o100755`, `0o120000`).
+    pub mode: u32,
+}
+
+/// Reads the index of the repository whose work tree is `root`: path → stat and
+/// blob id, plus the index file's own mtime (entries modified at or after it are
+/// "racy" and not trusted). Returns `None` outside a repository.
+pub fn index_stats(root: &Path) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, i64)> {
+    let repo = git2::Repository::open(root).ok()?;
+    let index = repo.index().ok()?;
+    let index_mtime = std::fs::metadata(repo.path().join("index"))
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let mut map = std::collections::HashMap::with_capacity(index.len());
+    for e in index.iter() {
+        // Skip entries in a merge conflict (stage != 0) and intent-to-add ones.
+        if (e.flags >> 12) & 3 != 0 {
+            continue;
+        }
+        let mut oid = [0u8; 20];
+        oid.copy_from_slice(e.id.as_bytes());
+        map.insert(
+            e.path,
+            IndexStat {
+                oid,
+                mtime_s: e.mtime.seconds() as i64,
+                mtime_ns: e.mtime.nanoseconds(),
+                size32: e.file_size,
+                ino32: e.ino,
+                mode: e.mode,
+            },
+        );
+    }
+    Some((map, index_mtime))
+}
+
+/// Reads a blob from the repository's object database (never writes to it).
+pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
+    let repo = git2::Repository::open(root).ok()?;
+    let oid = git2::Oid::from_bytes(oid).ok()?;
+    let blob = repo.find_blob(oid).ok()?;
+    Some(blob.content().to_vec())
+}

@@ -42,7 +42,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod blob_store;
 pub mod call;
+pub mod capture;
 pub mod checkpoint;
+pub mod config;
 pub mod failpoint;
 pub mod fs_util;
 pub mod git;
