@@ -36,6 +36,7 @@ fn record(i: usize) -> Draft {
             compensation: None,
             error: None,
             agent: Some("claude".into()),
+            before: vec![],
         }),
     )
 }

@@ -271,6 +271,7 @@ impl Workspace {
                 compensation,
                 error: None,
                 agent: Some("library".into()),
+                before: vec![],
             }),
         ))?;
         Ok(CallHandle {
@@ -369,6 +370,7 @@ impl CallHandle<'_> {
                 compensation: None,
                 error,
                 agent: Some("library".into()),
+                before: vec![],
             }),
         ));
         let mut lock = self.ws.ledger().lock()?;

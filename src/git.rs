@@ -127,3 +127,12 @@ pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
     let blob = repo.find_blob(oid).ok()?;
     Some(blob.content().to_vec())
 }
+
+/// Returns git's blob id (sha1 of `blob <len>\0<bytes>`, 40 hex) for `data`,
+/// without a repository. Binary patches need it in their `index` line.
+pub fn blob_id(data: &[u8]) -> String {
+    init();
+    git2::Oid::hash_object(git2::ObjectType::Blob, data)
+        .map(|o| o.to_string())
+        .unwrap_or_else(|_| "0".repeat(40))
+}

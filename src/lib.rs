@@ -49,6 +49,7 @@ pub mod failpoint;
 pub mod fs_util;
 pub mod git;
 pub mod hash;
+pub mod hook;
 pub mod ids;
 pub mod ledger;
 pub mod merge;

@@ -71,22 +71,7 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
         return out;
     }
     if is_binary(old) || is_binary(new) {
-        out.extend_from_slice(
-            format!(
-                "Binary files {} and {} differ\n",
-                if before.bytes.is_some() {
-                    a.as_str()
-                } else {
-                    "/dev/null"
-                },
-                if after.bytes.is_some() {
-                    b.as_str()
-                } else {
-                    "/dev/null"
-                }
-            )
-            .as_bytes(),
-        );
+        binary_patch(&mut out, before, after);
         return out;
     }
     let old_lines: Vec<&[u8]> = old.split_inclusive(|&c| c == b'\n').collect();
@@ -109,4 +94,78 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     // Writing into a Vec cannot fail.
     let _ = udiff.to_writer(&mut out);
     out
+}
+
+/// Writes a `GIT binary patch` (literal forward and reverse hunks) with the full
+/// `index` line `git apply` requires for binary files.
+fn binary_patch(out: &mut Vec<u8>, before: Side<'_>, after: Side<'_>) {
+    let zero = "0".repeat(40);
+    let old_id = before
+        .bytes
+        .map(crate::git::blob_id)
+        .unwrap_or_else(|| zero.clone());
+    let new_id = after.bytes.map(crate::git::blob_id).unwrap_or(zero);
+    let mode = match (before.bytes, after.bytes, before.mode, after.mode) {
+        (Some(_), Some(_), Some(m1), Some(m2)) if m1 == m2 => format!(" {m1}"),
+        _ => String::new(),
+    };
+    out.extend_from_slice(format!("index {old_id}..{new_id}{mode}\nGIT binary patch\n").as_bytes());
+    literal_hunk(out, after.bytes.unwrap_or(b""));
+    out.push(b'\n');
+    literal_hunk(out, before.bytes.unwrap_or(b""));
+    out.push(b'\n');
+}
+
+fn literal_hunk(out: &mut Vec<u8>, data: &[u8]) {
+    out.extend_from_slice(format!("literal {}\n", data.len()).as_bytes());
+    let z = zlib_stored(data);
+    for line in z.chunks(52) {
+        let n = line.len() as u8;
+        out.push(if n <= 26 { b'A' + n - 1 } else { b'a' + n - 27 });
+        base85(out, line);
+        out.push(b'\n');
+    }
+}
+
+/// A zlib stream of uncompressed ("stored") deflate blocks: what `git apply`
+/// inflates, without a compression dependency. Binary patches are artifacts for
+/// people and `git apply`; the blob store keeps the real content.
+fn zlib_stored(data: &[u8]) -> Vec<u8> {
+    let mut z = Vec::with_capacity(data.len() + data.len() / 65535 * 5 + 11);
+    z.extend_from_slice(&[0x78, 0x01]);
+    let mut chunks = data.chunks(65535).peekable();
+    if chunks.peek().is_none() {
+        z.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    while let Some(c) = chunks.next() {
+        z.push(u8::from(chunks.peek().is_none()));
+        let len = c.len() as u16;
+        z.extend_from_slice(&len.to_le_bytes());
+        z.extend_from_slice(&(!len).to_le_bytes());
+        z.extend_from_slice(c);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in data {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    z
+}
+
+fn base85(out: &mut Vec<u8>, data: &[u8]) {
+    const ALPHABET: &[u8; 85] =
+        b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~";
+    for chunk in data.chunks(4) {
+        let mut v = 0u32;
+        for i in 0..4 {
+            v = (v << 8) | u32::from(*chunk.get(i).unwrap_or(&0));
+        }
+        let mut enc = [0u8; 5];
+        for e in enc.iter_mut().rev() {
+            *e = ALPHABET[(v % 85) as usize];
+            v /= 85;
+        }
+        out.extend_from_slice(&enc);
+    }
 }

@@ -234,6 +234,22 @@ pub struct ToolCall {
     /// Which agent format the call came from (`claude`, `codex`, `generic`, `library`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// At `started`: the content each declared path had before the call (what
+    /// recovery compares the disk with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<PathHash>,
+}
+
+/// A path and the hash (and mode) of its content at some point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathHash {
+    /// The path.
+    pub path: RelPath,
+    /// Its content's hash (`None`: absent).
+    pub hash: Option<ContentHash>,
+    /// git-style mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// What a patch did to its path.

@@ -24,6 +24,7 @@ pub fn call_record(i: usize) -> Draft {
             compensation: None,
             error: None,
             agent: Some("test".into()),
+            before: vec![],
         }),
     )
 }

@@ -5,6 +5,7 @@ mod common;
 
 mod blob_integrity;
 mod cli_basic;
+mod hooks;
 mod ledger_concurrency;
 mod ledger_tamper;
 mod ledger_torn;

@@ -4,6 +4,7 @@
 mod checkpoint;
 mod demo;
 pub mod error;
+mod hook;
 mod init;
 mod log;
 mod render;
@@ -49,6 +50,8 @@ enum Command {
     Verify(verify::Args),
     /// Play a whole story in a scratch workspace and narrate it
     Demo(demo::Args),
+    /// Record one agent hook event read from stdin (for agent settings, not by hand)
+    Hook(hook::Args),
 }
 
 /// Process-level settings taken from the environment (the library never reads it).
@@ -89,6 +92,10 @@ fn read_env() -> Result<Env, CommandError> {
 
 pub struct Ctx {
     pub workspace: PathBuf,
+    /// True when `--workspace` or `CKPT_WORKSPACE` chose it.
+    pub explicit_workspace: bool,
+    /// How long `ckpt hook` waits for stdin to close (`CKPT_HOOK_STDIN_TIMEOUT_MS`).
+    pub hook_stdin_timeout_ms: u64,
     clock: Option<(u64, u64)>,
 }
 
@@ -150,8 +157,14 @@ pub fn main() -> i32 {
             .map(|c| c.join(&workspace))
             .unwrap_or(workspace)
     };
+    let hook_stdin_timeout_ms = std::env::var("CKPT_HOOK_STDIN_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     let ctx = Ctx {
         workspace,
+        explicit_workspace: cli.workspace.is_some(),
+        hook_stdin_timeout_ms,
         clock: env.clock,
     };
     let result = match &cli.command {
@@ -161,6 +174,7 @@ pub fn main() -> i32 {
         Command::Show(a) => show::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
+        Command::Hook(a) => hook::run(&mut ui, &ctx, a),
     };
     let flushed = ui.flush();
     match result {

@@ -1,0 +1,136 @@
+//! `ckpt hook pre|post|post-failure|prompt|session-start`: one payload on stdin.
+//!
+//! Exit codes follow the agents' hook contracts: 0 and silence on success; 2
+//! (blocking, stderr goes to the agent) when a pre hook could not save the before
+//! state and the policy is `block`, or when the agent targets ckpt's own data;
+//! 1 (non-blocking) for a payload that is not a tool call or a post hook that
+//! failed.
+
+use std::io::Read;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use ckpt::capture::{self, Format, HookInputError, Phase};
+use ckpt::config::{Config, OnRecordFailure};
+use ckpt::{OpenOptions, Workspace};
+
+use super::error::{CommandError, ERROR, OK, USAGE};
+use super::{Ctx, Ui};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum PhaseArg {
+    Pre,
+    Post,
+    PostFailure,
+    Prompt,
+    SessionStart,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Which hook event this is
+    #[arg(value_enum)]
+    phase: PhaseArg,
+    /// The payload's agent format (default: detected)
+    #[arg(long, value_name = "claude|codex|gemini|cursor|generic")]
+    format: Option<String>,
+}
+
+/// Reads stdin up to the cap, giving up after `timeout` (a stalled writer must
+/// not hang the agent).
+fn read_stdin(timeout: Duration) -> Result<Vec<u8>, HookInputError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let r = capture::read_capped(&mut stdin as &mut dyn Read, capture::MAX_STDIN);
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r,
+        Err(_) => Err(HookInputError::Read(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("stdin was not closed within {} ms", timeout.as_millis()),
+        ))),
+    }
+}
+
+pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+    let phase = match args.phase {
+        PhaseArg::Pre => Phase::Pre,
+        PhaseArg::Post => Phase::Post,
+        PhaseArg::PostFailure => Phase::PostFailure,
+        PhaseArg::Prompt => Phase::Prompt,
+        PhaseArg::SessionStart => Phase::SessionStart,
+    };
+    let format = match &args.format {
+        Some(f) => Some(
+            f.parse::<Format>()
+                .map_err(|e| CommandError::new(USAGE, e.to_string()))?,
+        ),
+        None => None,
+    };
+    let timeout = Duration::from_millis(ctx.hook_stdin_timeout_ms);
+    let bytes =
+        read_stdin(timeout).map_err(|e| CommandError::new(ERROR, format!("ckpt hook: {e}")))?;
+    let ev = capture::parse(&bytes, phase, format)
+        .map_err(|e| CommandError::new(ERROR, format!("ckpt hook: {e}")))?;
+
+    let root = if ctx.explicit_workspace {
+        ctx.workspace.clone()
+    } else {
+        match ev.cwd.as_deref().filter(|c| c.starts_with('/')) {
+            Some(cwd) if std::path::Path::new(cwd).is_dir() => {
+                ckpt::workspace::discover(std::path::Path::new(cwd))
+            }
+            _ => ctx.workspace.clone(),
+        }
+    };
+    let blocking = phase == Phase::Pre;
+    let fail = |what: String, policy: OnRecordFailure| -> Result<i32, CommandError> {
+        if blocking && policy == OnRecordFailure::Block {
+            Err(CommandError::new(
+                2,
+                format!(
+                    "ckpt could not record the state before this tool call, so it is blocked (it could not be undone): {what}; fix the cause, or set on_record_failure = \"warn\" in .agent-runtime/config.toml"
+                ),
+            ))
+        } else if blocking {
+            super::ui::note(&format!(
+                "ckpt warning: this tool call is not recorded and cannot be undone: {what}"
+            ));
+            Ok(OK)
+        } else {
+            Err(CommandError::new(ERROR, format!("ckpt hook: {what}")))
+        }
+    };
+    // The first hook in a workspace sets ckpt up there.
+    let ws = match Workspace::open(&root, OpenOptions { clock: ctx.clock() }) {
+        Ok(ws) => ws,
+        Err(ckpt::WorkspaceError::NotInitialized(_)) => {
+            match Workspace::init(&root, OpenOptions { clock: ctx.clock() }) {
+                Ok((ws, _)) => ws,
+                Err(e) => return fail(super::error::one_line(&e), OnRecordFailure::Block),
+            }
+        }
+        Err(e) => return fail(super::error::one_line(&e), OnRecordFailure::Block),
+    };
+    let cfg = match Config::load(ws.runtime_dir()) {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string(), OnRecordFailure::Block),
+    };
+    match ckpt::hook::run(&ws, &cfg, &ev) {
+        Ok(stats) => {
+            for w in &stats.warnings {
+                super::ui::note(&format!("ckpt warning: {w}"));
+            }
+            Ok(OK)
+        }
+        Err(e) if e.is_runtime_target() => Err(CommandError::new(
+            2,
+            format!(
+                "ckpt refuses this tool call: {e}; `.agent-runtime/` holds the record of the agent's work and only ckpt writes there"
+            ),
+        )),
+        Err(e) => fail(super::error::one_line(&e), cfg.on_record_failure),
+    }
+}

@@ -1,0 +1,695 @@
+//! What each hook does with a normalised [`HookEvent`]: the pre hook stores the
+//! before state of the call's files and records `started`; the post hook stores
+//! the after state, one `file_patch` per changed file, then `succeeded` or
+//! `failed`; the prompt hook makes a checkpoint; the session-start hook makes one
+//! too. Before every call, files the agent last wrote are checked for edits the
+//! user made since: those become `user_edit` records, with both contents kept.
+//!
+//! State carried from pre to post lives in `.agent-runtime/state/` (one small
+//! file per open call, plus the registry of files the agent last wrote). It is a
+//! cache of what the ledger says: the `started` record carries the same before
+//! hashes, so recovery never depends on it.
+//!
+//! Calls that name no file (shell, MCP, unknown tools) are recorded here with
+//! their lifecycle only; comparing the workspace around them is `scan`'s job.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+
+use serde::{Deserialize, Serialize};
+
+use crate::call::{self, FileState};
+use crate::capture::{self, Capture, HookEvent, OriginalFile, Outcome, Phase, TargetRole};
+use crate::config::Config;
+use crate::fs_util::{self, EntryKind, FsError};
+use crate::hash::ContentHash;
+use crate::paths::{PathError, RelPath};
+use crate::record::{
+    Body, CallStatus, Compensation, Draft, Idempotency, PatchSource, ToolCall, UserEdit,
+};
+use crate::workspace::{CheckpointOptions, Workspace, WorkspaceError};
+
+/// Why a hook could not record.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// A declared path cannot be recorded (outside, invalid, protected).
+    #[error("cannot record `{path}`: {source}")]
+    Path {
+        /// The path as the agent sent it.
+        path: String,
+        /// Why.
+        #[source]
+        source: PathError,
+    },
+    /// Recording failed (I/O, ledger, blob store).
+    #[error(transparent)]
+    Record(#[from] WorkspaceError),
+}
+
+impl HookError {
+    /// True when the agent is trying to write ckpt's own data: always refused.
+    pub fn is_runtime_target(&self) -> bool {
+        matches!(self, HookError::Path { source: PathError::Protected(p), .. } if p.starts_with(crate::paths::RUNTIME_DIR))
+    }
+}
+
+/// What a hook recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookStats {
+    /// The call id used (given or made up).
+    pub call: Option<String>,
+    /// `file_patch` records appended.
+    pub patches: usize,
+    /// `user_edit` records appended.
+    pub user_edits: usize,
+    /// The checkpoint made (prompt, session start).
+    pub checkpoint: Option<String>,
+    /// Things worth a line on stderr that did not stop the hook.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Snap {
+    hash: Option<ContentHash>,
+    mode: Option<u32>,
+    symlink: bool,
+    absent: bool,
+}
+
+impl Snap {
+    fn from_state(s: &FileState) -> Snap {
+        match s {
+            FileState::Absent | FileState::NotAFile => Snap {
+                hash: None,
+                mode: None,
+                symlink: false,
+                absent: true,
+            },
+            FileState::File { hash, mode } => Snap {
+                hash: Some(*hash),
+                mode: Some(*mode),
+                symlink: false,
+                absent: false,
+            },
+            FileState::Symlink { hash } => Snap {
+                hash: Some(*hash),
+                mode: None,
+                symlink: true,
+                absent: false,
+            },
+        }
+    }
+    fn to_state(&self) -> FileState {
+        match (self.absent, self.symlink, self.hash) {
+            (false, true, Some(hash)) => FileState::Symlink { hash },
+            (false, false, Some(hash)) => FileState::File {
+                hash,
+                mode: self.mode.unwrap_or(0o644),
+            },
+            _ => FileState::Absent,
+        }
+    }
+}
+
+/// What the pre hook leaves for the post hook of the same call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CallState {
+    call: String,
+    session: Option<String>,
+    tool: String,
+    targets: Vec<(RelPath, Snap)>,
+}
+
+/// One file the agent last wrote, as it left it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AgentFile {
+    hash: Option<ContentHash>,
+    mode: Option<u32>,
+    symlink: bool,
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    ino: u64,
+    call: String,
+}
+
+fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
+    let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state")
+        .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
+    Ok(fd)
+}
+
+fn calls_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
+    let st = state_dir(ws)?;
+    let (fd, _) = fs_util::open_or_create_private_dir(st.as_fd(), "calls")
+        .map_err(|e| FsError::new("open", ".agent-runtime/state/calls", e))?;
+    Ok(fd)
+}
+
+fn state_key(s: &str) -> String {
+    ContentHash::of(s.as_bytes()).hex()[..32].to_string()
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(dir: &OwnedFd, name: &str) -> Option<T> {
+    let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).ok()?;
+    serde_json::from_slice(&v).ok()
+}
+
+fn write_json<T: Serialize>(dir: &OwnedFd, name: &str, v: &T) -> Result<(), WorkspaceError> {
+    let bytes = serde_json::to_vec(v).map_err(|e| FsError::new("write", name, e.into()))?;
+    // A cache of the ledger: atomic (never half-written), not worth an fsync.
+    let was = crate::durability_off();
+    crate::set_durability(false);
+    let r = fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false);
+    crate::set_durability(!was);
+    r.map_err(|e| FsError::new("write", format!(".agent-runtime/state/{name}"), e).into())
+}
+
+/// Holds `state/state.lock` while the agent-file registry is read and rewritten.
+struct StateLock {
+    _file: std::fs::File,
+}
+
+impl StateLock {
+    fn take(dir: &OwnedFd) -> Result<StateLock, WorkspaceError> {
+        let fd = rustix::fs::openat(
+            dir,
+            "state.lock",
+            rustix::fs::OFlags::RDWR
+                | rustix::fs::OFlags::CREATE
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| FsError::new("open", ".agent-runtime/state/state.lock", e.into()))?;
+        let f = std::fs::File::from(fd);
+        f.lock()
+            .map_err(|e| FsError::new("lock", ".agent-runtime/state/state.lock", e))?;
+        Ok(StateLock { _file: f })
+    }
+}
+
+fn stat_of(ws: &Workspace, rel: &RelPath) -> Option<(u64, i64, i64, u64)> {
+    let (parent, name) = rel.split_parent();
+    let dir = ws.files().open_dir_beneath(parent.unwrap_or(b"")).ok()?;
+    let st = rustix::fs::statat(
+        &dir,
+        std::ffi::OsStr::new(std::str::from_utf8(name).ok()?),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .ok()?;
+    Some((
+        st.st_size as u64,
+        st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+        st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+        st.st_ino,
+    ))
+}
+
+/// Finds files the agent last wrote whose content changed since: each becomes
+/// a `user_edit` draft (the new content is stored first).
+fn user_edit_drafts(
+    ws: &Workspace,
+    registry: &mut BTreeMap<RelPath, AgentFile>,
+    session: Option<&str>,
+) -> Result<Vec<Draft>, WorkspaceError> {
+    let mut drafts = Vec::new();
+    for (rel, af) in registry.iter_mut() {
+        let now = stat_of(ws, rel);
+        let same_stat = matches!(now, Some((size, m, c, ino)) if size == af.size && m == af.mtime_ns && c == af.ctime_ns && ino == af.ino);
+        if same_stat || (now.is_none() && af.hash.is_none()) {
+            continue;
+        }
+        let state = call::snapshot(ws, rel)?;
+        let snap = Snap::from_state(&state);
+        if snap.hash != af.hash || snap.symlink != af.symlink {
+            drafts.push(Draft::in_session(
+                session.map(str::to_string),
+                Body::UserEdit(UserEdit {
+                    path: rel.clone(),
+                    before_hash: af.hash,
+                    after_hash: snap.hash,
+                    before_mode: af.mode.map(crate::record::file_mode_string),
+                    after_mode: state.mode_string(),
+                }),
+            ));
+        }
+        let (size, mtime_ns, ctime_ns, ino) = now.unwrap_or_default();
+        *af = AgentFile {
+            hash: snap.hash,
+            mode: snap.mode,
+            symlink: snap.symlink,
+            size,
+            mtime_ns,
+            ctime_ns,
+            ino,
+            call: af.call.clone(),
+        };
+    }
+    Ok(drafts)
+}
+
+fn load_registry(dir: &OwnedFd) -> BTreeMap<RelPath, AgentFile> {
+    read_json::<Vec<(RelPath, AgentFile)>>(dir, "agent_files.json")
+        .map(|v| v.into_iter().collect())
+        .unwrap_or_default()
+}
+
+fn save_registry(dir: &OwnedFd, reg: &BTreeMap<RelPath, AgentFile>) -> Result<(), WorkspaceError> {
+    let v: Vec<(&RelPath, &AgentFile)> = reg.iter().collect();
+    write_json(dir, "agent_files.json", &v)
+}
+
+/// Resolves a payload's `cwd` to a workspace-relative base directory.
+fn base_dir(ws: &Workspace, ev: &HookEvent) -> Option<RelPath> {
+    let cwd = ev
+        .cwd
+        .as_deref()
+        .or(ev.workspace_roots.first().map(String::as_str))?;
+    ws.rel_path(cwd.as_bytes(), None).ok()
+}
+
+fn resolve_targets(
+    ws: &Workspace,
+    ev: &HookEvent,
+) -> Result<Vec<(RelPath, TargetRole)>, HookError> {
+    let base = base_dir(ws, ev);
+    let mut out: Vec<(RelPath, TargetRole)> = Vec::new();
+    for t in &ev.targets {
+        let rel = ws
+            .rel_path(t.path.as_bytes(), base.as_ref())
+            .map_err(|source| HookError::Path {
+                path: t.path.clone(),
+                source,
+            })?;
+        if !out.iter().any(|(p, _)| *p == rel) {
+            out.push((rel, t.role));
+        }
+    }
+    Ok(out)
+}
+
+fn call_id(ws: &Workspace, ev: &HookEvent) -> (String, String) {
+    match &ev.call {
+        Some(c) => (c.clone(), state_key(c)),
+        None => {
+            // Agents without call ids: pre and post pair by session, tool and input.
+            let key = format!(
+                "{}\0{}\0{}",
+                ev.session.as_deref().unwrap_or(""),
+                ev.tool.as_deref().unwrap_or(""),
+                ev.input_hash.as_deref().unwrap_or("")
+            );
+            (ws.clock().new_id("call_"), state_key(&key))
+        }
+    }
+}
+
+/// Runs the hook for one event.
+pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
+    match ev.phase {
+        Phase::Pre => pre(ws, cfg, ev),
+        Phase::Post | Phase::PostFailure => post(ws, cfg, ev),
+        Phase::Prompt => {
+            let label = ev
+                .prompt
+                .as_deref()
+                .and_then(|p| p.lines().map(str::trim).find(|l| !l.is_empty()))
+                .map(|l| l.chars().take(120).collect::<String>())
+                .or_else(|| Some("user prompt".into()));
+            checkpoint(ws, ev, label)
+        }
+        Phase::SessionStart => {
+            let label = format!(
+                "session start ({})",
+                ev.source.as_deref().unwrap_or("startup")
+            );
+            checkpoint(ws, ev, Some(label))
+        }
+    }
+}
+
+fn checkpoint(
+    ws: &Workspace,
+    ev: &HookEvent,
+    label: Option<String>,
+) -> Result<HookStats, HookError> {
+    let mut stats = HookStats::default();
+    let dir = state_dir(ws)?;
+    let edits = {
+        let _g = StateLock::take(&dir)?;
+        let mut reg = load_registry(&dir);
+        let d = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
+        if !d.is_empty() {
+            ws.ledger()
+                .lock()
+                .map_err(WorkspaceError::from)?
+                .append(&d)
+                .map_err(WorkspaceError::from)?;
+            save_registry(&dir, &reg)?;
+        }
+        d.len()
+    };
+    stats.user_edits = edits;
+    let extra = ev
+        .transcript_path
+        .as_ref()
+        .map(|t| serde_json::json!({"transcript_path": t, "agent": ev.format.as_str()}));
+    let rec = ws.checkpoint(CheckpointOptions {
+        label,
+        session: ev.session.clone(),
+        session_leaf: None,
+        extra,
+    })?;
+    stats.checkpoint = Some(rec.checkpoint);
+    Ok(stats)
+}
+
+fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
+    let tool = ev.tool.clone().unwrap_or_else(|| "unknown".into());
+    let targets = if ev.capture == Capture::Declared {
+        resolve_targets(ws, ev)?
+    } else {
+        Vec::new()
+    };
+    let (call, key) = call_id(ws, ev);
+    let class = cfg.classify(&tool);
+    let dir = state_dir(ws)?;
+    let _g = StateLock::take(&dir)?;
+    let mut reg = load_registry(&dir);
+    let mut drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
+    let user_edits = drafts.len();
+    let mut snaps = Vec::new();
+    for (rel, _) in &targets {
+        let s = call::snapshot(ws, rel)?;
+        snaps.push((rel.clone(), Snap::from_state(&s)));
+    }
+    crate::failpoint::hit("hook.pre.after_snapshot")
+        .map_err(|e| WorkspaceError::from(FsError::new("snapshot", "", e)))?;
+    let compensation = ev
+        .compensation
+        .as_ref()
+        .map(|c| Compensation {
+            argv: c.argv.clone(),
+            idempotency_key: c.idempotency_key.clone(),
+        })
+        .or(class.compensation.clone());
+    let idempotency = match ev.idempotency.as_deref() {
+        Some("idempotent") => Idempotency::Idempotent,
+        Some("conditional") => Idempotency::Conditional,
+        Some("non_idempotent") => Idempotency::NonIdempotent,
+        _ => class.idempotency,
+    };
+    let side_effects = if ev.side_effects.is_empty() {
+        class.side_effects.clone()
+    } else {
+        ev.side_effects.clone()
+    };
+    drafts.push(Draft::in_session(
+        ev.session.clone(),
+        Body::ToolCall(ToolCall {
+            call: call.clone(),
+            step: 1,
+            tool: tool.clone(),
+            status: CallStatus::Started,
+            input_hash: ev.input_hash.as_deref().and_then(|h| h.parse().ok()),
+            risk: Some(class.risk),
+            idempotency: Some(idempotency),
+            replay_policy: Some(class.replay_policy),
+            side_effects,
+            paths: targets.iter().map(|(p, _)| p.clone()).collect(),
+            result_ref: None,
+            compensation,
+            error: None,
+            agent: Some(ev.format.as_str().to_string()),
+            before: snaps
+                .iter()
+                .map(|(p, s)| crate::record::PathHash {
+                    path: p.clone(),
+                    hash: s.hash,
+                    mode: s.mode.map(crate::record::file_mode_string),
+                })
+                .collect(),
+        }),
+    ));
+    ws.ledger()
+        .lock()
+        .map_err(WorkspaceError::from)?
+        .append(&drafts)
+        .map_err(WorkspaceError::from)?;
+    if user_edits > 0 {
+        save_registry(&dir, &reg)?;
+    }
+    let state = CallState {
+        call: call.clone(),
+        session: ev.session.clone(),
+        tool,
+        targets: snaps,
+    };
+    write_json(&calls_dir(ws)?, &format!("{key}.json"), &state)?;
+    Ok(HookStats {
+        call: Some(call),
+        user_edits,
+        ..Default::default()
+    })
+}
+
+fn post(ws: &Workspace, _cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
+    let (fresh_call, key) = call_id(ws, ev);
+    let cdir = calls_dir(ws)?;
+    let state: Option<CallState> = read_json(&cdir, &format!("{key}.json"));
+    let mut warnings = Vec::new();
+    let (call, session, tool, mut before): (
+        String,
+        Option<String>,
+        String,
+        Vec<(RelPath, FileState)>,
+    ) = match &state {
+        Some(s) => (
+            s.call.clone(),
+            s.session.clone().or(ev.session.clone()),
+            s.tool.clone(),
+            s.targets
+                .iter()
+                .map(|(p, s)| (p.clone(), s.to_state()))
+                .collect(),
+        ),
+        None => {
+            warnings.push(format!(
+                "no pre hook was recorded for this call{}; recording what is known",
+                ev.call
+                    .as_deref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default()
+            ));
+            (
+                ev.call.clone().unwrap_or(fresh_call),
+                ev.session.clone(),
+                ev.tool.clone().unwrap_or_else(|| "unknown".into()),
+                Vec::new(),
+            )
+        }
+    };
+    // Targets named only by the post payload (or a post without a pre).
+    if ev.capture == Capture::Declared {
+        for (rel, _) in resolve_targets(ws, ev)? {
+            if !before.iter().any(|(p, _)| *p == rel) {
+                let reconstructed = reconstruct_before(ws, ev, &rel)?;
+                before.push((rel, reconstructed));
+            }
+        }
+    }
+    let dir = state_dir(ws)?;
+    let _g = StateLock::take(&dir)?;
+    let mut drafts = Vec::new();
+    let mut patches = 0;
+    let mut reg = load_registry(&dir);
+    let mut user_edits = 0;
+    for (rel, b) in &before {
+        let mut b = b.clone();
+        // Claude Code's post says what the file held when the tool read it. Trust it
+        // only if the tool input turns it into what is on disk now; then a
+        // difference from our pre snapshot is the user's edit made during the call.
+        if let Some(OriginalFile::Text(orig)) = &ev.original_file {
+            let orig_hash = ContentHash::of(orig.as_bytes());
+            if b.hash() != Some(orig_hash) && original_is_consistent(ws, ev, rel, orig) {
+                let h = ws
+                    .blobs()
+                    .put_bytes(orig.as_bytes())
+                    .map_err(WorkspaceError::from)?;
+                drafts.push(Draft::in_session(
+                    session.clone(),
+                    Body::UserEdit(UserEdit {
+                        path: rel.clone(),
+                        before_hash: b.hash(),
+                        after_hash: Some(h),
+                        before_mode: b.mode_string(),
+                        after_mode: b.mode_string(),
+                    }),
+                ));
+                user_edits += 1;
+                let mode = match b {
+                    FileState::File { mode, .. } => mode,
+                    _ => 0o644,
+                };
+                b = FileState::File { hash: h, mode };
+            } else if b.hash() != Some(orig_hash) {
+                warnings.push(format!(
+                    "the agent's originalFile for `{rel}` matches neither ckpt's snapshot nor the result; ckpt's snapshot is used"
+                ));
+            }
+        }
+        let after = call::snapshot(ws, rel)?;
+        if let Some((d, _)) = call::patch_for(
+            ws,
+            &call,
+            session.as_deref(),
+            rel,
+            &b,
+            &after,
+            PatchSource::EditTool,
+        )? {
+            drafts.push(d);
+            patches += 1;
+        }
+        if after != b {
+            let (size, mtime_ns, ctime_ns, ino) = stat_of(ws, rel).unwrap_or_default();
+            let snap = Snap::from_state(&after);
+            reg.insert(
+                rel.clone(),
+                AgentFile {
+                    hash: snap.hash,
+                    mode: snap.mode,
+                    symlink: snap.symlink,
+                    size,
+                    mtime_ns,
+                    ctime_ns,
+                    ino,
+                    call: call.clone(),
+                },
+            );
+        }
+    }
+    let failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
+    drafts.push(Draft::in_session(
+        session.clone(),
+        Body::ToolCall(ToolCall {
+            call: call.clone(),
+            step: 2,
+            tool,
+            status: if failed {
+                CallStatus::Failed
+            } else {
+                CallStatus::Succeeded
+            },
+            input_hash: None,
+            risk: None,
+            idempotency: None,
+            replay_policy: None,
+            side_effects: Vec::new(),
+            paths: before.iter().map(|(p, _)| p.clone()).collect(),
+            result_ref: None,
+            compensation: None,
+            error: if failed {
+                Some(
+                    ev.error
+                        .clone()
+                        .unwrap_or_else(|| "the tool reported a failure".into()),
+                )
+            } else {
+                None
+            },
+            agent: Some(ev.format.as_str().to_string()),
+            before: Vec::new(),
+        }),
+    ));
+    crate::failpoint::hit("hook.post.before_append")
+        .map_err(|e| WorkspaceError::from(FsError::new("append", "", e)))?;
+    ws.ledger()
+        .lock()
+        .map_err(WorkspaceError::from)?
+        .append(&drafts)
+        .map_err(WorkspaceError::from)?;
+    save_registry(&dir, &reg)?;
+    let _ = rustix::fs::unlinkat(
+        &cdir,
+        format!("{key}.json").as_str(),
+        rustix::fs::AtFlags::empty(),
+    );
+    Ok(HookStats {
+        call: Some(call),
+        patches,
+        user_edits,
+        warnings,
+        ..Default::default()
+    })
+}
+
+fn expected_for<'a>(
+    ev: &'a HookEvent,
+    ws: &Workspace,
+    rel: &RelPath,
+) -> Option<&'a capture::Expected> {
+    let base = base_dir(ws, ev);
+    ev.targets.iter().find_map(|t| {
+        let r = ws.rel_path(t.path.as_bytes(), base.as_ref()).ok()?;
+        if r == *rel { t.expected.as_ref() } else { None }
+    })
+}
+
+fn original_is_consistent(ws: &Workspace, ev: &HookEvent, rel: &RelPath, orig: &str) -> bool {
+    let Some(exp) = expected_for(ev, ws, rel) else {
+        return false;
+    };
+    let Some(predicted) = capture::apply_expected(orig, exp) else {
+        return false;
+    };
+    matches!(ws.files().read(rel), Ok(now) if now == predicted.as_bytes())
+}
+
+/// The before state of a file named only by a post event: Claude's
+/// `originalFile` when it is consistent, else the tool input reversed, else
+/// what the agent last left there, else unknown (treated as absent).
+fn reconstruct_before(
+    ws: &Workspace,
+    ev: &HookEvent,
+    rel: &RelPath,
+) -> Result<FileState, WorkspaceError> {
+    let mode = match ws.files().entry(rel) {
+        Ok(EntryKind::File { mode, .. }) => mode & 0o777,
+        _ => 0o644,
+    };
+    match &ev.original_file {
+        Some(OriginalFile::Absent) => return Ok(FileState::Absent),
+        Some(OriginalFile::Text(t)) if original_is_consistent(ws, ev, rel, t) => {
+            return Ok(FileState::File {
+                hash: ws.blobs().put_bytes(t.as_bytes())?,
+                mode,
+            });
+        }
+        _ => {}
+    }
+    if let (Some(exp), Ok(now)) = (expected_for(ev, ws, rel), ws.files().read(rel))
+        && let Ok(now) = String::from_utf8(now)
+        && let Some(prev) = capture::reverse_expected(&now, exp)
+    {
+        return Ok(FileState::File {
+            hash: ws.blobs().put_bytes(prev.as_bytes())?,
+            mode,
+        });
+    }
+    let dir = state_dir(ws)?;
+    let reg = load_registry(&dir);
+    if let Some(af) = reg.get(rel)
+        && let Some(h) = af.hash
+    {
+        return Ok(FileState::File {
+            hash: h,
+            mode: af.mode.unwrap_or(mode),
+        });
+    }
+    Ok(FileState::Absent)
+}

@@ -1,0 +1,624 @@
+//! `ckpt hook` driven with the fixtures in testdata/hooks: every file-tool case of
+//! every format records started → one patch per changed file (hashes right, the
+//! diff reapplies with `git apply` to the exact after bytes) → succeeded;
+//! invalid payloads exit 1 and record nothing; refused targets exit 2.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+
+use ckpt::ContentHash;
+use ckpt::capture::{self, Expected, Phase, TargetRole};
+
+use crate::common::{Run, TestEnv};
+
+fn fixture(env: &TestEnv, rel: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/hooks")
+        .join(rel);
+    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let ws = env.ws.to_str().unwrap().as_bytes();
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i..].starts_with(b"$WS") {
+            out.extend_from_slice(ws);
+            i += 3;
+        } else {
+            out.push(raw[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+pub fn hook(env: &TestEnv, phase: &str, payload: &[u8], extra_env: &[(&str, &str)]) -> Run {
+    let mut c = env.command(&["hook", phase]);
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(payload);
+    drop(stdin);
+    crate::common::run(child.wait_with_output().unwrap())
+}
+
+fn records(env: &TestEnv) -> Vec<serde_json::Value> {
+    if !env.ledger_path().exists() {
+        return Vec::new();
+    }
+    env.ckpt(&["log", "--json"]).json()["records"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn sha(b: &[u8]) -> String {
+    ContentHash::of(b).to_string()
+}
+
+/// The bytes a target must hold before the call so the tool input applies.
+fn setup_before(
+    exp: Option<&Expected>,
+    original: Option<&capture::OriginalFile>,
+    role: TargetRole,
+) -> Option<String> {
+    if let Some(o) = original {
+        return match o {
+            capture::OriginalFile::Absent => None,
+            capture::OriginalFile::Text(t) => Some(t.clone()),
+        };
+    }
+    match (role, exp) {
+        (TargetRole::MoveTo, _) => None,
+        (_, Some(Expected::Content(_))) => None,
+        (_, Some(Expected::Edits(edits))) => {
+            let mut s = String::new();
+            for e in edits {
+                s.push_str(&e.old);
+                s.push('\n');
+            }
+            Some(s)
+        }
+        (_, Some(Expected::Patch(chunks))) => {
+            let mut s = String::new();
+            for c in chunks {
+                for l in &c.old {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+            }
+            Some(s)
+        }
+        (TargetRole::Delete, None) => Some("to be deleted\n".into()),
+        _ => Some("before the tool\n".into()),
+    }
+}
+
+/// Runs pre → (the tool's change) → post for one case and checks the ledger.
+fn file_tool_case(dir: &str, case: &str) {
+    let env = TestEnv::new();
+    let pre = fixture(&env, &format!("{dir}/{case}.pre.json"));
+    let post = fixture(&env, &format!("{dir}/{case}.post.json"));
+    let pre_ev = capture::parse(&pre, Phase::Pre, None).unwrap();
+    let post_ev = capture::parse(&post, Phase::Post, None).unwrap();
+    assert_eq!(pre_ev.capture, capture::Capture::Declared, "{dir}/{case}");
+    let ws = ckpt::Workspace::init(&env.ws, Default::default())
+        .unwrap()
+        .0;
+    let base = pre_ev
+        .cwd
+        .as_deref()
+        .and_then(|c| ws.rel_path(c.as_bytes(), None).ok());
+    let mut plan = Vec::new();
+    for t in &pre_ev.targets {
+        let rel = ws.rel_path(t.path.as_bytes(), base.as_ref()).unwrap();
+        let before = setup_before(t.expected.as_ref(), post_ev.original_file.as_ref(), t.role);
+        if let Some(b) = &before {
+            env.write(rel.to_str().unwrap(), b.as_bytes());
+        }
+        plan.push((rel, t.role, t.expected.clone(), before));
+    }
+    drop(ws);
+    let r = hook(&env, "pre", &pre, &[]);
+    assert_eq!(r.code, 0, "{dir}/{case} pre: {}", r.stderr);
+    assert!(
+        r.stdout.is_empty() && r.stderr.is_empty(),
+        "hooks are silent on success: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    // The tool's change.
+    let moved_from = plan
+        .iter()
+        .find(|p| p.1 == TargetRole::MoveFrom)
+        .and_then(|p| p.3.clone());
+    let mut expect: Vec<(String, Option<String>, Option<String>)> = Vec::new();
+    for (rel, role, exp, before) in &plan {
+        let path = env.ws.join(rel.to_str().unwrap());
+        let after: Option<String> = match role {
+            TargetRole::Delete | TargetRole::MoveFrom => None,
+            TargetRole::MoveTo => {
+                let src = moved_from.clone().unwrap_or_default();
+                Some(
+                    exp.as_ref()
+                        .and_then(|e| capture::apply_expected(&src, e))
+                        .unwrap_or(src),
+                )
+            }
+            TargetRole::Write => Some(match exp {
+                Some(e) => capture::apply_expected(before.as_deref().unwrap_or(""), e)
+                    .unwrap_or_else(|| {
+                        panic!("{dir}/{case}: the input does not apply to the setup")
+                    }),
+                None => "written by the tool\n".into(),
+            }),
+        };
+        match &after {
+            Some(a) => {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, a).unwrap();
+            }
+            None => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        expect.push((rel.to_str().unwrap().to_string(), before.clone(), after));
+    }
+    let r = hook(&env, "post", &post, &[]);
+    assert_eq!(r.code, 0, "{dir}/{case} post: {}", r.stderr);
+
+    let recs = records(&env);
+    let started = &recs[0];
+    assert_eq!(started["kind"], "tool_call");
+    assert_eq!(started["status"], "started", "{dir}/{case}");
+    assert_eq!(
+        started["call"],
+        recs.last().unwrap()["call"],
+        "pre and post pair"
+    );
+    assert_eq!(recs.last().unwrap()["status"], "succeeded", "{dir}/{case}");
+    let patches: Vec<&serde_json::Value> =
+        recs.iter().filter(|r| r["kind"] == "file_patch").collect();
+    let changed: Vec<_> = expect.iter().filter(|(_, b, a)| b != a).collect();
+    assert_eq!(
+        patches.len(),
+        changed.len(),
+        "{dir}/{case}: one patch per changed file: {recs:#?}"
+    );
+    for (path, before, after) in changed {
+        let p = patches
+            .iter()
+            .find(|p| p["path"] == path.as_str())
+            .unwrap_or_else(|| panic!("{dir}/{case}: no patch for {path}"));
+        let bh = before.as_ref().map(|b| sha(b.as_bytes()));
+        let ah = after.as_ref().map(|a| sha(a.as_bytes()));
+        assert_eq!(
+            p["before_hash"].as_str().map(str::to_string),
+            bh,
+            "{dir}/{case} {path} before"
+        );
+        assert_eq!(
+            p["after_hash"].as_str().map(str::to_string),
+            ah,
+            "{dir}/{case} {path} after"
+        );
+        assert_eq!(p["source"], "edit_tool");
+        git_apply_reproduces(
+            &env,
+            p,
+            before.as_deref(),
+            after.as_deref(),
+            &format!("{dir}/{case}"),
+        );
+    }
+    assert_eq!(env.ckpt(&["verify"]).code, 0, "{dir}/{case}");
+}
+
+/// Applies a recorded patch with `git apply` to the before bytes and checks the
+/// result is byte-identical to the after bytes.
+pub fn git_apply_reproduces(
+    env: &TestEnv,
+    patch: &serde_json::Value,
+    before: Option<&str>,
+    after: Option<&str>,
+    what: &str,
+) {
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED git apply check: git is not installed");
+        return;
+    }
+    let path = patch["path"].as_str().unwrap();
+    let diff = std::fs::read(env.rt().join(patch["patch_ref"].as_str().unwrap())).unwrap();
+    let scratch = env
+        .dir
+        .path()
+        .join(format!("apply-{}", patch["patch"].as_str().unwrap()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    if let Some(b) = before {
+        let p = scratch.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b).unwrap();
+    }
+    let diff_file = env.dir.path().join("p.diff");
+    std::fs::write(&diff_file, &diff).unwrap();
+    let out = std::process::Command::new("git")
+        .args(["apply", "--whitespace=nowarn", diff_file.to_str().unwrap()])
+        .current_dir(&scratch)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: git apply failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&diff)
+    );
+    let got = std::fs::read(scratch.join(path)).ok();
+    assert_eq!(
+        got.as_deref(),
+        after.map(str::as_bytes),
+        "{what}: git apply gives the after bytes"
+    );
+}
+
+#[test]
+fn claude_file_tools_record_patches_that_reapply() {
+    for case in [
+        "write_create",
+        "write_update",
+        "edit",
+        "multiedit",
+        "notebook_edit",
+        "crlf",
+        "binary_content",
+        "relative_path",
+        "relative_subdir",
+        "extra_fields",
+    ] {
+        file_tool_case("claude", case);
+    }
+}
+
+#[test]
+fn other_agents_file_tools_record_patches_that_reapply() {
+    for (dir, case) in [
+        ("gemini", "write_file"),
+        ("gemini", "replace"),
+        ("generic", "write"),
+        ("codex", "apply_patch"),
+        ("codex", "apply_patch_move"),
+    ] {
+        file_tool_case(dir, case);
+    }
+}
+
+#[test]
+fn non_file_tools_record_their_lifecycle() {
+    for (dir, case, post_kind, status) in [
+        ("claude", "bash", "post", "succeeded"),
+        ("claude", "read", "post", "succeeded"),
+        ("claude", "mcp_github", "post", "succeeded"),
+        ("claude", "bash_fail", "failure", "failed"),
+        ("gemini", "run_shell_command", "post", "succeeded"),
+        ("gemini", "shell_fail", "post", "failed"),
+        ("generic", "deploy", "post", "succeeded"),
+        ("generic", "build_fail", "post", "failed"),
+        ("cursor", "shell", "post", "succeeded"),
+    ] {
+        let env = TestEnv::new();
+        let phase = if post_kind == "failure" {
+            "post-failure"
+        } else {
+            "post"
+        };
+        assert_eq!(
+            hook(
+                &env,
+                "pre",
+                &fixture(&env, &format!("{dir}/{case}.pre.json")),
+                &[]
+            )
+            .code,
+            0,
+            "{dir}/{case}"
+        );
+        let r = hook(
+            &env,
+            phase,
+            &fixture(&env, &format!("{dir}/{case}.{post_kind}.json")),
+            &[],
+        );
+        assert_eq!(r.code, 0, "{dir}/{case}: {}", r.stderr);
+        let recs = records(&env);
+        assert_eq!(recs.len(), 2, "{dir}/{case}: {recs:#?}");
+        assert_eq!(recs[0]["status"], "started");
+        assert_eq!(recs[1]["status"], status, "{dir}/{case}");
+        assert_eq!(
+            recs[0]["call"], recs[1]["call"],
+            "{dir}/{case}: pre and post pair"
+        );
+        if status == "failed" {
+            assert!(
+                recs[1]["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{dir}/{case}: the error is kept"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_catalog_classifies_calls_and_compensations_are_kept() {
+    let env = TestEnv::new();
+    hook(&env, "pre", &fixture(&env, "claude/bash.pre.json"), &[]);
+    hook(&env, "pre", &fixture(&env, "claude/read.pre.json"), &[]);
+    hook(
+        &env,
+        "pre",
+        &fixture(&env, "claude/mcp_github.pre.json"),
+        &[],
+    );
+    hook(&env, "pre", &fixture(&env, "generic/deploy.pre.json"), &[]);
+    let recs = records(&env);
+    assert_eq!(
+        (
+            recs[0]["idempotency"].as_str(),
+            recs[0]["replay_policy"].as_str()
+        ),
+        (Some("non_idempotent"), Some("ask"))
+    );
+    assert_eq!(
+        (
+            recs[1]["idempotency"].as_str(),
+            recs[1]["replay_policy"].as_str()
+        ),
+        (Some("idempotent"), Some("auto"))
+    );
+    assert_eq!(recs[2]["side_effects"], serde_json::json!(["network"]));
+    assert_eq!(
+        recs[3]["compensation"]["argv"][0],
+        "./scripts/undo-deploy.sh"
+    );
+    assert_eq!(recs[3]["compensation"]["idempotency_key"], "deploy-42");
+}
+
+#[test]
+fn invalid_payloads_exit_1_and_record_nothing() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/hooks/invalid");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        for phase in ["pre", "post"] {
+            let env = TestEnv::init();
+            let t = std::time::Instant::now();
+            let r = hook(&env, phase, &fixture(&env, &format!("invalid/{name}")), &[]);
+            assert_eq!(r.code, 1, "{name} ({phase}): {}", r.stderr);
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(2),
+                "{name}: within a second or so"
+            );
+            assert_eq!(
+                r.stderr.lines().count(),
+                1,
+                "{name}: one line: {}",
+                r.stderr
+            );
+            assert!(records(&env).is_empty(), "{name}: nothing recorded");
+            n += 1;
+        }
+    }
+    assert!(n >= 20);
+}
+
+#[test]
+fn oversized_and_stalled_stdin_exit_1_quickly() {
+    let env = TestEnv::init();
+    let big = vec![b' '; 17 * 1024 * 1024];
+    let t = std::time::Instant::now();
+    let r = hook(&env, "pre", &big, &[]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("larger than"), "{}", r.stderr);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+
+    // A writer that never closes stdin.
+    let mut c = env.command(&["hook", "pre"]);
+    c.env("CKPT_HOOK_STDIN_TIMEOUT_MS", "300");
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"{\"session_id\":").unwrap();
+    let t = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+    assert!(records(&env).is_empty());
+}
+
+#[test]
+fn refused_targets_block_in_block_mode_and_warn_in_warn_mode() {
+    for case in ["outside_abs", "outside_dotdot", "git_hook", "nul_path"] {
+        let env = TestEnv::init();
+        let r = hook(
+            &env,
+            "pre",
+            &fixture(&env, &format!("claude/{case}.pre.json")),
+            &[],
+        );
+        assert_eq!(r.code, 2, "{case}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{case}");
+        assert!(r.stderr.contains("E_PATH_"), "{case}: {}", r.stderr);
+        assert!(records(&env).is_empty(), "{case}");
+        std::fs::write(
+            env.rt().join("config.toml"),
+            "on_record_failure = \"warn\"\n",
+        )
+        .unwrap();
+        let r = hook(
+            &env,
+            "pre",
+            &fixture(&env, &format!("claude/{case}.pre.json")),
+            &[],
+        );
+        assert_eq!(r.code, 0, "{case} in warn mode: {}", r.stderr);
+        assert!(r.stderr.contains("warning"), "{case}: {}", r.stderr);
+    }
+    // The agent writing ckpt's own data is refused whatever the mode.
+    let env = TestEnv::init();
+    std::fs::write(
+        env.rt().join("config.toml"),
+        "on_record_failure = \"warn\"\n",
+    )
+    .unwrap();
+    let r = hook(
+        &env,
+        "pre",
+        &fixture(&env, "claude/runtime_ledger.pre.json"),
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains(".agent-runtime"));
+}
+
+#[test]
+fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
+    let env = TestEnv::new();
+    let pre = fixture(&env, "claude/write_create.pre.json");
+    let ev = capture::parse(&pre, Phase::Pre, None).unwrap();
+    let Some(Expected::Content(content)) = ev.targets[0].expected.clone() else {
+        panic!()
+    };
+    assert_eq!(hook(&env, "pre", &pre, &[]).code, 0);
+    env.write("src/new.rs", content.as_bytes());
+    assert_eq!(
+        hook(
+            &env,
+            "post",
+            &fixture(&env, "claude/write_create.post.json"),
+            &[]
+        )
+        .code,
+        0
+    );
+    // The user edits the agent's file, then the agent makes another call.
+    let mine = format!("{content}// mine\n");
+    env.write("src/new.rs", mine.as_bytes());
+    assert_eq!(
+        hook(&env, "pre", &fixture(&env, "claude/bash.pre.json"), &[]).code,
+        0
+    );
+    let recs = records(&env);
+    let ue: Vec<_> = recs.iter().filter(|r| r["kind"] == "user_edit").collect();
+    assert_eq!(ue.len(), 1, "{recs:#?}");
+    assert_eq!(ue[0]["path"], "src/new.rs");
+    assert_eq!(ue[0]["before_hash"], sha(content.as_bytes()));
+    assert_eq!(ue[0]["after_hash"], sha(mine.as_bytes()));
+    // Both contents are kept in the store.
+    let ws = env.open();
+    for h in [sha(content.as_bytes()), sha(mine.as_bytes())] {
+        assert!(ws.blobs().get(&h.parse().unwrap()).is_ok());
+    }
+    // Not reported twice.
+    assert_eq!(
+        hook(
+            &env,
+            "prompt",
+            &fixture(&env, "claude/user_prompt.prompt.json"),
+            &[]
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        records(&env)
+            .iter()
+            .filter(|r| r["kind"] == "user_edit")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn prompts_and_session_starts_make_labelled_checkpoints() {
+    let env = TestEnv::new();
+    assert_eq!(
+        hook(
+            &env,
+            "session-start",
+            &fixture(&env, "claude/startup.session-start.json"),
+            &[]
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        hook(
+            &env,
+            "prompt",
+            &fixture(&env, "claude/user_prompt.prompt.json"),
+            &[]
+        )
+        .code,
+        0
+    );
+    let recs = records(&env);
+    assert_eq!(recs.len(), 2);
+    assert!(
+        recs[0]["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("session start")
+    );
+    let prompt = capture::parse(
+        &fixture(&env, "claude/user_prompt.prompt.json"),
+        Phase::Prompt,
+        None,
+    )
+    .unwrap()
+    .prompt
+    .unwrap();
+    assert_eq!(
+        recs[1]["label"].as_str().unwrap(),
+        prompt
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap()
+    );
+    assert_eq!(recs[1]["session"], "sess-claude-1");
+}
+
+#[test]
+fn a_post_without_a_pre_is_recorded_with_a_warning() {
+    let env = TestEnv::init();
+    let post = fixture(&env, "claude/write_create.post.json");
+    let ev = capture::parse(&post, Phase::Post, None).unwrap();
+    let Some(Expected::Content(content)) = ev.targets[0].expected.clone() else {
+        panic!()
+    };
+    env.write("src/new.rs", content.as_bytes());
+    let r = hook(&env, "post", &post, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("no pre hook"), "{}", r.stderr);
+    let recs = records(&env);
+    let p = recs
+        .iter()
+        .find(|r| r["kind"] == "file_patch")
+        .expect("the create is still recorded");
+    assert_eq!(p["op"], "create", "originalFile null says the file was new");
+}
