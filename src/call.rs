@@ -164,6 +164,54 @@ pub fn patch_for(
     )))
 }
 
+/// Builds the `file_patch` draft of a rename (content unchanged, or changed
+/// too when `before` and `after` differ) and writes its diff artifact.
+pub fn rename_patch(
+    ws: &Workspace,
+    call: &str,
+    session: Option<&str>,
+    (from, to): (&RelPath, &RelPath),
+    before: &FileState,
+    after: &FileState,
+    source: PatchSource,
+) -> Result<(Draft, FilePatch), WorkspaceError> {
+    let a = crate::patch::quote_path("a/", from.as_bytes());
+    let b = crate::patch::quote_path("b/", to.as_bytes());
+    let mut diff = format!(
+        "diff --git {a} {b}\nsimilarity index 100%\nrename from {}\nrename to {}\n",
+        crate::patch::quote_path("", from.as_bytes()),
+        crate::patch::quote_path("", to.as_bytes())
+    )
+    .into_bytes();
+    if let (Some(m1), Some(m2)) = (before.mode_string(), after.mode_string())
+        && m1 != m2
+    {
+        diff = format!("diff --git {a} {b}\nold mode {m1}\nnew mode {m2}\nsimilarity index 100%\nrename from {}\nrename to {}\n",
+            crate::patch::quote_path("", from.as_bytes()),
+            crate::patch::quote_path("", to.as_bytes())).into_bytes();
+    }
+    let id = ws.clock().new_id("p_");
+    let patch_ref = write_patch_artifact(ws, &id, &diff)?;
+    let fp = FilePatch {
+        patch: id,
+        call: call.to_string(),
+        path: to.clone(),
+        op: PatchOp::Rename,
+        from_path: Some(from.clone()),
+        before_hash: before.hash(),
+        after_hash: after.hash(),
+        before_mode: before.mode_string(),
+        after_mode: after.mode_string(),
+        binary: false,
+        patch_ref: Some(patch_ref),
+        source,
+    };
+    Ok((
+        Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),
+        fp,
+    ))
+}
+
 /// Writes `artifacts/patches/<id>.diff` durably; returns its reference.
 pub fn write_patch_artifact(
     ws: &Workspace,

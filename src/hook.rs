@@ -119,6 +119,9 @@ struct CallState {
     session: Option<String>,
     tool: String,
     targets: Vec<(RelPath, Snap)>,
+    /// The call names no file: its changes are found by `scan`.
+    #[serde(default)]
+    scan: bool,
 }
 
 /// One file the agent last wrote, as it left it.
@@ -387,6 +390,11 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         let s = call::snapshot(ws, rel)?;
         snaps.push((rel.clone(), Snap::from_state(&s)));
     }
+    let scan = ev.capture == Capture::Scan;
+    if scan {
+        let snap = crate::scan::pre(ws, cfg)?;
+        crate::scan::save_for_call(ws, &key, &snap)?;
+    }
     crate::failpoint::hit("hook.pre.after_snapshot")
         .map_err(|e| WorkspaceError::from(FsError::new("snapshot", "", e)))?;
     let compensation = ev
@@ -448,6 +456,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         session: ev.session.clone(),
         tool,
         targets: snaps,
+        scan,
     };
     write_json(&calls_dir(ws)?, &format!("{key}.json"), &state)?;
     Ok(HookStats {
@@ -457,7 +466,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     })
 }
 
-fn post(ws: &Workspace, _cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
+fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
     let (fresh_call, key) = call_id(ws, ev);
     let cdir = calls_dir(ws)?;
     let state: Option<CallState> = read_json(&cdir, &format!("{key}.json"));
@@ -571,6 +580,43 @@ fn post(ws: &Workspace, _cfg: &Config, ev: &HookEvent) -> Result<HookStats, Hook
                     call: call.clone(),
                 },
             );
+        }
+    }
+    // Calls that name no file: compare the workspace with the call's pre snapshot.
+    if state.as_ref().is_some_and(|s| s.scan) {
+        match crate::scan::take_for_call(ws, &key) {
+            Some(pre_snap) => {
+                for ch in crate::scan::post(ws, cfg, &pre_snap)? {
+                    // A change another call already recorded exactly (an edit tool
+                    // that ran during this call's window) is that call's, not ours.
+                    if let Some(af) = reg.get(&ch.path)
+                        && af.call != call
+                        && af.hash == ch.after.hash()
+                        && af.hash.is_some()
+                        && ch.from.is_none()
+                    {
+                        continue;
+                    }
+                    let patch = match &ch.from {
+                        Some(from) => Some(call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell)?),
+                        None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell)?,
+                    };
+                    if let Some((d, _)) = patch {
+                        drafts.push(d);
+                        patches += 1;
+                        if let Some(from) = &ch.from {
+                            reg.remove(from);
+                        }
+                        let (size, mtime_ns, ctime_ns, ino) = stat_of(ws, &ch.path).unwrap_or_default();
+                        let snap = Snap::from_state(&ch.after);
+                        reg.insert(
+                            ch.path.clone(),
+                            AgentFile { hash: snap.hash, mode: snap.mode, symlink: snap.symlink, size, mtime_ns, ctime_ns, ino, call: call.clone() },
+                        );
+                    }
+                }
+            }
+            None => warnings.push("the workspace snapshot taken before this call is missing; its file changes are not recorded".into()),
         }
     }
     let failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);

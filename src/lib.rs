@@ -56,6 +56,7 @@ pub mod merge;
 pub mod patch;
 pub mod paths;
 pub mod record;
+pub mod scan;
 pub mod trace;
 pub mod verify;
 pub mod workspace;

@@ -4,6 +4,7 @@
 mod checkpoint;
 mod demo;
 pub mod error;
+mod exec;
 mod hook;
 mod init;
 mod log;
@@ -52,6 +53,8 @@ enum Command {
     Demo(demo::Args),
     /// Record one agent hook event read from stdin (for agent settings, not by hand)
     Hook(hook::Args),
+    /// Run a command between a pre and a post hook; exits with its status
+    Exec(exec::Args),
 }
 
 /// Process-level settings taken from the environment (the library never reads it).
@@ -175,6 +178,7 @@ pub fn main() -> i32 {
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),
+        Command::Exec(a) => exec::run(&mut ui, &ctx, a),
     };
     let flushed = ui.flush();
     match result {

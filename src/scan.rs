@@ -1,0 +1,500 @@
+//! Shell capture: what a call that names no file (Bash, MCP, unknown tools,
+//! `ckpt exec`) changed, found by comparing the workspace before and after it.
+//!
+//! A snapshot is every regular file and symlink of the workspace with its stat
+//! data (mtime, ctime, size, inode, mode) and, when known, its content identity:
+//! a sha256 whose blob is in ckpt's store, or the git blob id of a file that is
+//! clean against the git index (read back from git's object database, never
+//! written to it; so first use copies nothing that is clean against git). The
+//! walk honours `.gitignore` (also outside git repositories), `config.toml`
+//! ignores, and never enters `.git/` or `.agent-runtime/`.
+//!
+//! The pre hook walks the tree and compares with the last snapshot: only entries
+//! whose stat data changed are read (and stored, so their content is available
+//! as a "before"). The post hook walks again and compares with the call's pre
+//! snapshot: created, deleted, modified, renamed files, mode changes and
+//! symlinks become patches of that call.
+//!
+//! Racy entries (modified within [`RACY_NS`] of the snapshot) are re-read next
+//! time even when their stat data matches, as git does for its index.
+//!
+//! # Limitations
+//! A change made by another process during a call's window is attributed to the
+//! call (no watcher tells them apart). Files above `max_blob_bytes` are not
+//! stored.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+use crate::call::FileState;
+use crate::config::Config;
+use crate::fs_util::{self, FsError};
+use crate::hash::ContentHash;
+use crate::paths::RelPath;
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// Entries modified this close to the snapshot are not trusted by stat alone.
+pub const RACY_NS: i64 = 50_000_000;
+
+const MAGIC: &[u8; 8] = b"CKPTSNP1";
+
+/// Stat data and content identity of one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// True for a symlink, false for a regular file.
+    pub symlink: bool,
+    /// Permission bits.
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// mtime in ns.
+    pub mtime_ns: i64,
+    /// ctime in ns.
+    pub ctime_ns: i64,
+    /// Inode.
+    pub ino: u64,
+    /// sha256 of the content, stored in the blob store.
+    pub hash: Option<ContentHash>,
+    /// git blob id when the file was clean against the git index.
+    pub git_oid: Option<[u8; 20]>,
+}
+
+impl Entry {
+    fn same_stat(&self, o: &Entry) -> bool {
+        self.symlink == o.symlink
+            && self.mode == o.mode
+            && self.size == o.size
+            && self.mtime_ns == o.mtime_ns
+            && self.ctime_ns == o.ctime_ns
+            && self.ino == o.ino
+    }
+}
+
+/// The workspace at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// When the walk started (ns since the epoch).
+    pub taken_ns: i64,
+    /// Path bytes → entry.
+    pub entries: HashMap<Vec<u8>, Entry>,
+}
+
+/// One path a call changed.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The path (after a rename: the new path).
+    pub path: RelPath,
+    /// For a rename, the old path.
+    pub from: Option<RelPath>,
+    /// Before.
+    pub before: FileState,
+    /// After.
+    pub after: FileState,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Walks the workspace: every regular file and symlink with its stat data.
+pub fn walk(root: &Path, cfg: &Config) -> io::Result<Vec<(Vec<u8>, Entry)>> {
+    let mut ib = ignore::gitignore::GitignoreBuilder::new(root);
+    for p in &cfg.ignore {
+        ib.add_line(None, p)
+            .map_err(|e| io::Error::other(format!("bad ignore pattern `{p}`: {e}")))?;
+    }
+    let extra = ib.build().map_err(|e| io::Error::other(e.to_string()))?;
+    let root_buf = root.to_path_buf();
+    let out = Mutex::new(Vec::new());
+    let mut wb = ignore::WalkBuilder::new(root);
+    wb.hidden(false)
+        .require_git(false)
+        .follow_links(false)
+        .parents(false)
+        .threads(
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(4),
+        )
+        .filter_entry(move |e| {
+            let name = e.file_name().as_bytes();
+            if name.eq_ignore_ascii_case(b".git") {
+                return false;
+            }
+            if e.depth() == 1 && name == crate::paths::RUNTIME_DIR.as_bytes() {
+                return false;
+            }
+            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+            !extra.matched(e.path(), is_dir).is_ignore()
+        });
+    wb.build_parallel().run(|| {
+        let out = &out;
+        let root = root_buf.clone();
+        Box::new(move |res| {
+            use ignore::WalkState;
+            let Ok(e) = res else {
+                return WalkState::Continue;
+            };
+            let Some(ft) = e.file_type() else {
+                return WalkState::Continue;
+            };
+            if !(ft.is_file() || ft.is_symlink()) {
+                return WalkState::Continue;
+            }
+            let Ok(rel) = e.path().strip_prefix(&root) else {
+                return WalkState::Continue;
+            };
+            let Ok(md) = e.metadata() else {
+                return WalkState::Continue;
+            };
+            out.lock().unwrap_or_else(|p| p.into_inner()).push((
+                rel.as_os_str().as_bytes().to_vec(),
+                Entry {
+                    symlink: ft.is_symlink(),
+                    mode: md.mode() & 0o777,
+                    size: md.size(),
+                    mtime_ns: md.mtime() * 1_000_000_000 + md.mtime_nsec(),
+                    ctime_ns: md.ctime() * 1_000_000_000 + md.ctime_nsec(),
+                    ino: md.ino(),
+                    hash: None,
+                    git_oid: None,
+                },
+            ));
+            WalkState::Continue
+        })
+    });
+    Ok(out.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
+    let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "index")
+        .map_err(|e| FsError::new("open", ".agent-runtime/index", e))?;
+    Ok(fd)
+}
+
+/// Serialises a snapshot (a compact binary format; it is a cache, rebuilt by a
+/// walk when missing or damaged).
+pub fn encode(s: &Snapshot) -> Vec<u8> {
+    let mut keys: Vec<&Vec<u8>> = s.entries.keys().collect();
+    keys.sort();
+    let mut out = Vec::with_capacity(16 + keys.len() * 110);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&s.taken_ns.to_le_bytes());
+    out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+    for k in keys {
+        let e = &s.entries[k];
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        let flags = u8::from(e.symlink)
+            | (u8::from(e.hash.is_some()) << 1)
+            | (u8::from(e.git_oid.is_some()) << 2);
+        out.push(flags);
+        out.extend_from_slice(&e.mode.to_le_bytes());
+        out.extend_from_slice(&e.size.to_le_bytes());
+        out.extend_from_slice(&e.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&e.ctime_ns.to_le_bytes());
+        out.extend_from_slice(&e.ino.to_le_bytes());
+        if let Some(h) = &e.hash {
+            out.extend_from_slice(h.as_bytes());
+        }
+        if let Some(o) = &e.git_oid {
+            out.extend_from_slice(o);
+        }
+    }
+    let sum = ContentHash::of(&out);
+    out.extend_from_slice(sum.as_bytes());
+    out
+}
+
+/// Parses a snapshot; `None` when damaged (the caller rebuilds it).
+pub fn decode(b: &[u8]) -> Option<Snapshot> {
+    if b.len() < 8 + 8 + 8 + 32 || &b[..8] != MAGIC {
+        return None;
+    }
+    let (body, sum) = b.split_at(b.len() - 32);
+    if ContentHash::of(body).as_bytes() != sum {
+        return None;
+    }
+    let mut r = body;
+    fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        if r.len() < n {
+            return None;
+        }
+        let (a, b) = r.split_at(n);
+        *r = b;
+        Some(a)
+    }
+    let u64_ =
+        |r: &mut &[u8]| take(r, 8).map(|x| u64::from_le_bytes(x.try_into().unwrap_or([0; 8])));
+    take(&mut r, 8)?;
+    let taken_ns = u64_(&mut r)? as i64;
+    let n = u64_(&mut r)? as usize;
+    let mut entries = HashMap::with_capacity(n.min(10_000_000));
+    for _ in 0..n {
+        let len = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
+        let key = take(&mut r, len)?.to_vec();
+        let flags = take(&mut r, 1)?[0];
+        let mode = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?);
+        let size = u64_(&mut r)?;
+        let mtime_ns = u64_(&mut r)? as i64;
+        let ctime_ns = u64_(&mut r)? as i64;
+        let ino = u64_(&mut r)?;
+        let hash = if flags & 2 != 0 {
+            Some(ContentHash::from_hex(&crate::hash::hex(take(&mut r, 32)?))?)
+        } else {
+            None
+        };
+        let git_oid = if flags & 4 != 0 {
+            Some(take(&mut r, 20)?.try_into().ok()?)
+        } else {
+            None
+        };
+        entries.insert(
+            key,
+            Entry {
+                symlink: flags & 1 != 0,
+                mode,
+                size,
+                mtime_ns,
+                ctime_ns,
+                ino,
+                hash,
+                git_oid,
+            },
+        );
+    }
+    Some(Snapshot { taken_ns, entries })
+}
+
+fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
+    let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).ok()?;
+    decode(&v)
+}
+
+fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
+    // A cache: atomic (never half-written) but not synced; a lost snapshot only
+    // costs a re-read of the files it described.
+    let was_off = crate::durability_off();
+    crate::set_durability(false);
+    let r = fs_util::write_atomic(dir.as_fd(), name.as_ref(), &encode(s), 0o600, false);
+    crate::set_durability(!was_off);
+    r.map_err(|e| FsError::new("write", format!(".agent-runtime/index/{name}"), e).into())
+}
+
+/// Reads a path's content and stores it; returns the content hash.
+fn store(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<ContentHash>, WorkspaceError> {
+    let err = |e: io::Error| WorkspaceError::Io(FsError::new("read", rel.display().to_string(), e));
+    if e.symlink {
+        match ws.files().entry(rel).map_err(err)? {
+            fs_util::EntryKind::Symlink(t) => Ok(Some(ws.blobs().put_bytes(&t)?)),
+            _ => Ok(None),
+        }
+    } else {
+        match ws.files().open_read(rel) {
+            Ok(mut f) => Ok(Some(ws.blobs().put_file(&mut f)?.0)),
+            // Gone or replaced since the walk: the next scan sees it again.
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+struct GitIndex {
+    map: HashMap<Vec<u8>, crate::git::IndexStat>,
+    mtime_ns: i64,
+}
+
+fn git_clean_oid(gi: &GitIndex, key: &[u8], e: &Entry) -> Option<[u8; 20]> {
+    let s = gi.map.get(key)?;
+    let git_mode = if e.symlink {
+        0o120000
+    } else if e.mode & 0o111 != 0 {
+        0o100755
+    } else {
+        0o100644
+    };
+    let ok = s.mode == git_mode
+        && s.size32 == e.size as u32
+        && s.ino32 == e.ino as u32
+        && s.mtime_s == e.mtime_ns.div_euclid(1_000_000_000)
+        && (s.mtime_ns == 0 || i64::from(s.mtime_ns) == e.mtime_ns.rem_euclid(1_000_000_000))
+        // Racily clean entries (written in the same tick as the index) are not trusted.
+        && e.mtime_ns < gi.mtime_ns;
+    ok.then_some(s.oid)
+}
+
+/// Walks the workspace and fills in content identities: unchanged entries keep
+/// theirs from `old`, git-clean files get their git blob id, everything else is
+/// read and stored.
+fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Snapshot, WorkspaceError> {
+    let taken_ns = now_ns();
+    let walked = walk(ws.root(), cfg)
+        .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
+    let mut git: Option<Option<GitIndex>> = None;
+    let mut entries = HashMap::with_capacity(walked.len());
+    for (key, mut e) in walked {
+        let Ok(rel) = RelPath::from_ledger(&key) else {
+            continue;
+        };
+        if let Some(o) = old.and_then(|s| s.entries.get(&key).map(|o| (o, s.taken_ns))) {
+            let (o, t) = o;
+            if o.same_stat(&e)
+                && e.mtime_ns < t - RACY_NS
+                && (o.hash.is_some() || o.git_oid.is_some())
+            {
+                e.hash = o.hash;
+                e.git_oid = o.git_oid;
+                entries.insert(key, e);
+                continue;
+            }
+        }
+        let gi = git.get_or_insert_with(|| {
+            crate::git::index_stats(ws.root()).map(|(map, mtime_ns)| GitIndex { map, mtime_ns })
+        });
+        if let Some(gi) = gi
+            && let Some(oid) = git_clean_oid(gi, &key, &e)
+        {
+            e.git_oid = Some(oid);
+        } else if e.size <= cfg.max_blob_bytes {
+            e.hash = store(ws, &rel, &e)?;
+        }
+        entries.insert(key, e);
+    }
+    Ok(Snapshot { taken_ns, entries })
+}
+
+/// The before state of an entry, as a stored blob.
+fn state_of(ws: &Workspace, e: &Entry) -> Result<FileState, WorkspaceError> {
+    let hash = match (e.hash, e.git_oid) {
+        (Some(h), _) => Some(h),
+        (None, Some(oid)) => match crate::git::read_blob(ws.root(), &oid) {
+            Some(bytes) => Some(ws.blobs().put_bytes(&bytes)?),
+            None => None,
+        },
+        _ => None,
+    };
+    Ok(match hash {
+        None => FileState::Absent,
+        Some(hash) if e.symlink => FileState::Symlink { hash },
+        Some(hash) => FileState::File { hash, mode: e.mode },
+    })
+}
+
+/// Takes the snapshot a shell call starts from (and makes it the workspace's
+/// current one).
+pub fn pre(ws: &Workspace, cfg: &Config) -> Result<Snapshot, WorkspaceError> {
+    let dir = index_dir(ws)?;
+    let old = load(&dir, "snapshot.bin");
+    let snap = fresh(ws, cfg, old.as_ref())?;
+    save(&dir, "snapshot.bin", &snap)?;
+    Ok(snap)
+}
+
+/// Saves a call's pre snapshot for its post hook.
+pub fn save_for_call(ws: &Workspace, key: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
+    let dir = index_dir(ws)?;
+    let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
+        .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
+    save(&calls, &format!("{key}.bin"), s)
+}
+
+/// Loads (and removes) a call's pre snapshot.
+pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
+    let dir = index_dir(ws).ok()?;
+    let calls = fs_util::open_dir(dir.as_fd(), "calls").ok()?;
+    let name = format!("{key}.bin");
+    let s = load(&calls, &name);
+    let _ = rustix::fs::unlinkat(&calls, name.as_str(), rustix::fs::AtFlags::empty());
+    s
+}
+
+/// Compares the workspace now with a call's pre snapshot; returns the changes
+/// (renames paired by content) and makes the new state the current snapshot.
+pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>, WorkspaceError> {
+    let now = fresh(ws, cfg, Some(pre))?;
+    let mut changes = Vec::new();
+    let mut keys: Vec<&Vec<u8>> = pre.entries.keys().chain(now.entries.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let Ok(rel) = RelPath::from_ledger(key) else {
+            continue;
+        };
+        let (b, a) = (pre.entries.get(key), now.entries.get(key));
+        let same = match (b, a) {
+            (Some(b), Some(a)) => {
+                b.symlink == a.symlink
+                    && b.mode == a.mode
+                    && match (b.hash, a.hash, b.git_oid, a.git_oid) {
+                        (Some(x), Some(y), _, _) => x == y,
+                        (_, _, Some(x), Some(y)) => x == y,
+                        (None, Some(y), Some(oid), None) => {
+                            // Compare by git blob id without storing the old content.
+                            ws.blobs()
+                                .get(&y)
+                                .map(|bytes| crate::git::blob_id(&bytes) == crate::hash::hex(&oid))
+                                .unwrap_or(false)
+                        }
+                        _ => false,
+                    }
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            continue;
+        }
+        let before = match b {
+            Some(b) => state_of(ws, b)?,
+            None => FileState::Absent,
+        };
+        let after = match a {
+            Some(a) => state_of(ws, a)?,
+            None => FileState::Absent,
+        };
+        if before != after {
+            changes.push(Change {
+                path: rel,
+                from: None,
+                before,
+                after,
+            });
+        }
+    }
+    pair_renames(&mut changes);
+    save(&index_dir(ws)?, "snapshot.bin", &now)?;
+    Ok(changes)
+}
+
+/// A deleted path and a created one with the same content become one rename.
+fn pair_renames(changes: &mut Vec<Change>) {
+    let mut i = 0;
+    while i < changes.len() {
+        if changes[i].before == FileState::Absent && changes[i].after.hash().is_some() {
+            let h = changes[i].after.clone();
+            if let Some(j) = changes
+                .iter()
+                .position(|c| c.after == FileState::Absent && c.before == h)
+            {
+                let from = changes[j].path.clone();
+                changes[i].from = Some(from);
+                changes[i].before = h;
+                changes.remove(j);
+                if j < i {
+                    i -= 1;
+                }
+            }
+        }
+        i += 1;
+    }
+}

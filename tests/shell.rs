@@ -1,0 +1,281 @@
+//! Shell capture (`ckpt exec` and hooks for tools that name no file): every kind
+//! of change is recorded as such, ignored paths are not, git-clean files are not
+//! copied at first use, and every text patch reapplies with `git apply`.
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+
+use crate::common::TestEnv;
+
+fn git(env: &TestEnv, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(&env.ws)
+        .env("HOME", &env.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@e")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@e")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn has_git() -> bool {
+    std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+fn repo() -> TestEnv {
+    let env = TestEnv::new();
+    env.write(".gitignore", b"build/\n*.log\n");
+    env.write("src/a.txt", b"one\ntwo\nthree\n");
+    env.write("src/b.txt", b"bee\n");
+    env.write("c.txt", b"sea\r\nwith crlf\r\n");
+    env.write("tool.sh", b"#!/bin/sh\necho hi\n");
+    symlink("c.txt", env.ws.join("link")).unwrap();
+    git(&env, &["init", "-q"]);
+    git(&env, &["add", "-A"]);
+    git(&env, &["commit", "-qm", "init"]);
+    env
+}
+
+fn records(env: &TestEnv) -> Vec<serde_json::Value> {
+    env.ckpt(&["log", "--json"]).json()["records"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn blob_count(env: &TestEnv) -> usize {
+    let dir = env.rt().join("artifacts/blobs");
+    if !dir.exists() {
+        return 0;
+    }
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count())
+        .sum()
+}
+
+#[test]
+fn exec_records_every_kind_of_change_and_nothing_ignored() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    let script = "printf 'one\\nTWO\\nthree\\n' > src/a.txt; rm src/b.txt; mv c.txt d.txt; chmod +x src/a.txt; \
+                  echo new > src/new.txt; mkdir -p build && echo obj > build/x.o; echo log > run.log; \
+                  ln -sf d.txt link";
+    let r = env.ckpt(&["exec", "--session", "s1", "--", "sh", "-c", script]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let recs = records(&env);
+    let patches: Vec<_> = recs.iter().filter(|r| r["kind"] == "file_patch").collect();
+    let by_path = |p: &str| patches.iter().find(|x| x["path"] == p).copied();
+    assert_eq!(by_path("src/a.txt").unwrap()["op"], "modify");
+    assert_eq!(by_path("src/a.txt").unwrap()["after_mode"], "100755");
+    assert_eq!(by_path("src/b.txt").unwrap()["op"], "delete");
+    let ren = by_path("d.txt").unwrap();
+    assert_eq!(
+        (ren["op"].as_str(), ren["from_path"].as_str()),
+        (Some("rename"), Some("c.txt"))
+    );
+    assert_eq!(by_path("src/new.txt").unwrap()["op"], "create");
+    let link = by_path("link").unwrap();
+    assert_eq!(
+        (link["before_mode"].as_str(), link["after_mode"].as_str()),
+        (Some("120000"), Some("120000"))
+    );
+    assert!(
+        by_path("build/x.o").is_none() && by_path("run.log").is_none(),
+        "ignored paths are not captured"
+    );
+    assert_eq!(patches.len(), 5, "{patches:#?}");
+    for p in &patches {
+        assert_eq!(p["source"], "shell");
+        assert_eq!(p["session"], "s1");
+    }
+    // The git-clean before content came from git's objects into ckpt's store.
+    let before = by_path("src/a.txt").unwrap()["before_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        before,
+        ckpt::ContentHash::of(b"one\ntwo\nthree\n").to_string()
+    );
+    // Text patches reapply exactly.
+    crate::hooks::git_apply_reproduces(
+        &env,
+        by_path("src/a.txt").unwrap(),
+        Some("one\ntwo\nthree\n"),
+        Some("one\nTWO\nthree\n"),
+        "modify",
+    );
+    crate::hooks::git_apply_reproduces(
+        &env,
+        by_path("src/new.txt").unwrap(),
+        None,
+        Some("new\n"),
+        "create",
+    );
+    crate::hooks::git_apply_reproduces(
+        &env,
+        by_path("src/b.txt").unwrap(),
+        Some("bee\n"),
+        None,
+        "delete",
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}
+
+#[test]
+fn first_use_copies_nothing_that_is_clean_against_git() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    for i in 0..50 {
+        env.write(&format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
+    }
+    git(&env, &["add", "-A"]);
+    git(&env, &["commit", "-qm", "more"]);
+    env.write("dirty.txt", b"the user's uncommitted work\n");
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        blob_count(&env),
+        1,
+        "only the untracked file is stored at first use"
+    );
+    assert!(
+        records(&env).iter().all(|r| r["kind"] != "file_patch"),
+        "a command that changes nothing records no patch"
+    );
+}
+
+#[test]
+fn outside_git_gitignore_and_config_ignores_are_honoured() {
+    let env = TestEnv::init();
+    env.write(".gitignore", b"target/\n");
+    std::fs::write(
+        env.rt().join("config.toml"),
+        "ignore = [\"*.tmp\", \"cache/\"]\n",
+    )
+    .unwrap();
+    let r = env.ckpt(&["exec", "--", "sh", "-c", "mkdir -p target cache; echo x > target/a; echo y > cache/b; echo z > c.tmp; echo kept > kept.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let paths: Vec<String> = records(&env)
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths, vec!["kept.txt".to_string()]);
+}
+
+#[test]
+fn exec_exits_with_the_command_status_and_records_a_failure() {
+    let env = TestEnv::init();
+    let r = env.ckpt(&[
+        "exec",
+        "--call",
+        "c1",
+        "--",
+        "sh",
+        "-c",
+        "echo partial > out.txt; exit 7",
+    ]);
+    assert_eq!(r.code, 7);
+    let recs = records(&env);
+    assert_eq!(recs.last().unwrap()["status"], "failed");
+    assert_eq!(recs.last().unwrap()["call"], "c1");
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "file_patch" && r["path"] == "out.txt"),
+        "a failed call's changes are still recorded"
+    );
+    let r = env.ckpt(&["exec", "--", "/no/such/program"]);
+    assert_eq!(r.code, 127, "{}", r.stderr);
+}
+
+#[test]
+fn a_mode_only_change_is_a_mode_patch() {
+    let env = TestEnv::init();
+    env.write("run.sh", b"#!/bin/sh\n");
+    std::fs::set_permissions(
+        env.ws.join("run.sh"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(env.ckpt(&["exec", "--", "chmod", "755", "run.sh"]).code, 0);
+    let p = records(&env)
+        .into_iter()
+        .find(|r| r["kind"] == "file_patch")
+        .unwrap();
+    assert_eq!(p["op"], "mode");
+    assert_eq!(
+        (p["before_mode"].as_str(), p["after_mode"].as_str()),
+        (Some("100644"), Some("100755"))
+    );
+}
+
+#[test]
+fn an_edit_recorded_by_another_session_during_a_shell_call_is_not_claimed_twice() {
+    let env = TestEnv::init();
+    env.write("shared.txt", b"v1\n");
+    // Session A starts a shell call.
+    let pre_a = br#"{"session":"A","call":"a1","tool":"Bash"}"#;
+    assert_eq!(crate::hooks::hook(&env, "pre", pre_a, &[]).code, 0);
+    // Session B edits shared.txt through an edit tool, fully recorded.
+    let pre_b = br#"{"session":"B","call":"b1","tool":"Write","paths":["shared.txt"]}"#;
+    assert_eq!(crate::hooks::hook(&env, "pre", pre_b, &[]).code, 0);
+    env.write("shared.txt", b"v2 by B\n");
+    assert_eq!(
+        crate::hooks::hook(
+            &env,
+            "post",
+            br#"{"session":"B","call":"b1","status":"succeeded"}"#,
+            &[]
+        )
+        .code,
+        0
+    );
+    // A's command writes its own file; then A ends.
+    env.write("a-out.txt", b"from A\n");
+    assert_eq!(
+        crate::hooks::hook(
+            &env,
+            "post",
+            br#"{"session":"A","call":"a1","status":"succeeded"}"#,
+            &[]
+        )
+        .code,
+        0
+    );
+    let patches: Vec<(String, String)> = records(&env)
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| {
+            (
+                r["call"].as_str().unwrap().to_string(),
+                r["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        patches,
+        vec![
+            ("b1".into(), "shared.txt".into()),
+            ("a1".into(), "a-out.txt".into())
+        ]
+    );
+}
