@@ -228,6 +228,7 @@ impl BlobStore {
                 return Err(Self::err("publish", "blob", e));
             }
         }
+        fs_util::note_deferred();
         // The new name is durable only once its directory is synced.
         fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
         failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;

@@ -232,6 +232,7 @@ pub fn write_patch_artifact(
         crate::fs_util::open_or_create_private_dir(art.as_fd(), "patches").map_err(err)?;
     let name = format!("{id}.diff");
     crate::fs_util::write_atomic(dir.as_fd(), name.as_ref(), diff, 0o600, true).map_err(err)?;
+    crate::fs_util::note_deferred();
     Ok(format!("artifacts/patches/{name}"))
 }
 

@@ -120,12 +120,25 @@ pub fn index_stats(root: &Path) -> Option<(std::collections::HashMap<Vec<u8>, In
     Some((map, index_mtime))
 }
 
+thread_local! {
+    // Opening a repository costs a few hundred microseconds; a shell post may
+    // read hundreds of blobs from the same one.
+    static REPO: std::cell::RefCell<Option<(std::path::PathBuf, git2::Repository)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Reads a blob from the repository's object database (never writes to it).
 pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
-    let repo = git2::Repository::open(root).ok()?;
     let oid = git2::Oid::from_bytes(oid).ok()?;
-    let blob = repo.find_blob(oid).ok()?;
-    Some(blob.content().to_vec())
+    REPO.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|(p, _)| p != root) {
+            *slot = Some((root.to_path_buf(), git2::Repository::open(root).ok()?));
+        }
+        let (_, repo) = slot.as_ref()?;
+        let blob = repo.find_blob(oid).ok()?;
+        Some(blob.content().to_vec())
+    })
 }
 
 /// Returns git's blob id (sha1 of `blob <len>\0<bytes>`, 40 hex) for `data`,

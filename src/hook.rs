@@ -392,8 +392,10 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     }
     let scan = ev.capture == Capture::Scan;
     if scan {
+        let batch = BatchDurability::start(ws);
         let snap = crate::scan::pre(ws, cfg)?;
         crate::scan::save_for_call(ws, &key, &snap)?;
+        batch.finish()?;
     }
     crate::failpoint::hit("hook.pre.after_snapshot")
         .map_err(|e| WorkspaceError::from(FsError::new("snapshot", "", e)))?;
@@ -583,10 +585,16 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
         }
     }
     // Calls that name no file: compare the workspace with the call's pre snapshot.
+    let mut batch_guard: Option<BatchDurability<'_>> = None;
     if state.as_ref().is_some_and(|s| s.scan) {
         match crate::scan::take_for_call(ws, &key) {
             Some(pre_snap) => {
-                for ch in crate::scan::post(ws, cfg, &pre_snap)? {
+                // Many files: write blobs and patches unsynced, then flush them
+                // all with one syncfs before the records that name them.
+                batch_guard = Some(BatchDurability::start(ws));
+                let changes = crate::scan::post(ws, cfg, &pre_snap);
+                let changes = changes?;
+                for ch in changes {
                     // A change another call already recorded exactly (an edit tool
                     // that ran during this call's window) is that call's, not ours.
                     if let Some(af) = reg.get(&ch.path)
@@ -618,6 +626,9 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
             }
             None => warnings.push("the workspace snapshot taken before this call is missing; its file changes are not recorded".into()),
         }
+    }
+    if let Some(b) = batch_guard.take() {
+        b.finish()?;
     }
     let failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
     drafts.push(Draft::in_session(
@@ -738,4 +749,42 @@ fn reconstruct_before(
         });
     }
     Ok(FileState::Absent)
+}
+
+/// Defers per-file syncs while many files are stored; `finish` flushes them all
+/// with one `syncfs`. Dropped without `finish` (an error path), it restores
+/// per-file syncing and flushes anyway.
+struct BatchDurability<'w> {
+    ws: &'w Workspace,
+    was_off: bool,
+    done: bool,
+}
+
+impl<'w> BatchDurability<'w> {
+    fn start(ws: &'w Workspace) -> BatchDurability<'w> {
+        let was_off = crate::durability_off();
+        crate::set_durability(false);
+        fs_util::reset_deferred();
+        BatchDurability {
+            ws,
+            was_off,
+            done: false,
+        }
+    }
+
+    fn finish(mut self) -> Result<(), WorkspaceError> {
+        self.done = true;
+        crate::set_durability(!self.was_off);
+        fs_util::sync_all_under(self.ws.runtime_dir().as_fd())
+            .map_err(|e| FsError::new("sync", ".agent-runtime", e).into())
+    }
+}
+
+impl Drop for BatchDurability<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            crate::set_durability(!self.was_off);
+            let _ = fs_util::sync_all_under(self.ws.runtime_dir().as_fd());
+        }
+    }
 }

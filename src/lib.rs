@@ -40,6 +40,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub mod agent_settings;
 pub mod blob_store;
 pub mod call;
 pub mod capture;

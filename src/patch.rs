@@ -74,6 +74,19 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
         binary_patch(&mut out, before, after);
         return out;
     }
+    // The index line carries the mode when it is unchanged; without it `git
+    // apply` would turn a symlink's patch into a regular file.
+    let zero = "0".repeat(40);
+    let old_id = before
+        .bytes
+        .map(crate::git::blob_id)
+        .unwrap_or_else(|| zero.clone());
+    let new_id = after.bytes.map(crate::git::blob_id).unwrap_or(zero);
+    let same_mode = match (before.bytes, after.bytes, before.mode, after.mode) {
+        (Some(_), Some(_), Some(m1), Some(m2)) if m1 == m2 => format!(" {m1}"),
+        _ => String::new(),
+    };
+    out.extend_from_slice(format!("index {old_id}..{new_id}{same_mode}\n").as_bytes());
     let old_lines: Vec<&[u8]> = old.split_inclusive(|&c| c == b'\n').collect();
     let new_lines: Vec<&[u8]> = new.split_inclusive(|&c| c == b'\n').collect();
     let diff = TextDiff::configure()

@@ -262,3 +262,113 @@ fn demo_runs_to_the_end() {
         "the scratch workspace is removed without --keep"
     );
 }
+
+#[test]
+fn init_hooks_merges_into_claude_settings_and_twice_changes_nothing() {
+    let env = TestEnv::new();
+    env.write(
+        ".claude/settings.json",
+        br#"{"permissions":{"allow":["Bash(ls)"]},"hooks":{"PostToolUse":[{"matcher":"Write","hooks":[{"type":"command","command":"./fmt.sh"}]}]}}"#,
+    );
+    let r = env.ckpt(&["init", "--hooks", "claude"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let first = std::fs::read(env.ws.join(".claude/settings.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(
+        v["permissions"]["allow"][0], "Bash(ls)",
+        "what was there is kept"
+    );
+    let post = v["hooks"]["PostToolUse"].as_array().unwrap();
+    assert_eq!(post[0]["hooks"][0]["command"], "./fmt.sh");
+    assert!(
+        post[1]["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("hook post")
+    );
+    for ev in [
+        "PreToolUse",
+        "PostToolUseFailure",
+        "UserPromptSubmit",
+        "SessionStart",
+    ] {
+        assert_eq!(v["hooks"][ev].as_array().unwrap().len(), 1, "{ev}");
+    }
+    let r = env.ckpt(&["init", "--hooks", "claude"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("nothing changed"), "{}", r.stdout);
+    assert_eq!(
+        std::fs::read(env.ws.join(".claude/settings.json")).unwrap(),
+        first,
+        "byte for byte"
+    );
+    for agent in ["codex", "gemini", "cursor"] {
+        assert_eq!(env.ckpt(&["init", "--hooks", agent]).code, 0, "{agent}");
+    }
+    assert!(
+        env.ws.join(".gemini/settings.json").is_file()
+            && env.ws.join(".cursor/hooks.json").is_file()
+    );
+    assert_eq!(env.ckpt(&["init", "--hooks", "vim"]).code, 2);
+    env.write(".codex/hooks.json", b"[1, 2]");
+    let r = env.ckpt(&["init", "--hooks", "codex"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        std::fs::read(env.ws.join(".codex/hooks.json")).unwrap(),
+        b"[1, 2]",
+        "a file ckpt cannot merge is left alone"
+    );
+}
+
+#[test]
+fn status_and_diff_show_the_agents_changes_only() {
+    let env = TestEnv::init();
+    env.write("keep.txt", b"user file\n");
+    let r = env.ckpt(&[
+        "exec",
+        "--call",
+        "c1",
+        "--",
+        "sh",
+        "-c",
+        "printf 'agent\\n' > a.txt",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let cp = env.ckpt(&["checkpoint"]).stdout.trim().to_string();
+    env.ckpt(&[
+        "exec",
+        "--call",
+        "c2",
+        "--",
+        "sh",
+        "-c",
+        "printf 'second\\n' > b.txt",
+    ]);
+    env.write("a.txt", b"agent\nand the user\n");
+    let s = env.ckpt(&["status", "--json"]).json();
+    let files: Vec<&str> = s["agent_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["a.txt", "b.txt"]);
+    assert_eq!(s["user_edited"][0]["path"], "a.txt");
+    assert_eq!(s["conflicts"], 0);
+    assert_eq!(s["uncertain"], 0);
+    let d = env.ckpt(&["diff"]);
+    assert!(
+        d.stdout.contains("+agent") && d.stdout.contains("+second") && !d.stdout.contains("user"),
+        "{}",
+        d.stdout
+    );
+    let d = env.ckpt(&["diff", "--since", &cp]);
+    assert!(
+        !d.stdout.contains("+agent") && d.stdout.contains("+second"),
+        "{}",
+        d.stdout
+    );
+    let d = env.ckpt(&["diff", "--call", "c1"]);
+    assert!(d.stdout.contains("+agent") && !d.stdout.contains("+second"));
+    assert_eq!(env.ckpt(&["diff", "--call", "nope"]).code, 1);
+}

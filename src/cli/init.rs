@@ -4,16 +4,65 @@ use super::error::{CommandError, OK};
 use super::{Ctx, Ui};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Also merge ckpt's hooks into this agent's settings file
+    #[arg(long, value_name = "claude|codex|gemini|cursor")]
+    hooks: Option<String>,
+}
 
-pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
+/// How agents should run ckpt: this binary's absolute path when it is
+/// installed, plain `ckpt` when running from a build directory.
+fn ckpt_command() -> String {
+    match std::env::current_exe() {
+        Ok(p) if !p.components().any(|c| c.as_os_str() == "target") => {
+            let s = p.display().to_string();
+            if s.contains(' ') || s.contains('"') {
+                format!("\"{}\"", s.replace('"', "\\\""))
+            } else {
+                s
+            }
+        }
+        _ => "ckpt".to_string(),
+    }
+}
+
+pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+    let agent = match &args.hooks {
+        Some(a) => Some(
+            a.parse::<ckpt::agent_settings::Agent>()
+                .map_err(CommandError::usage)?,
+        ),
+        None => None,
+    };
     let (ws, stats) = Workspace::init(&ctx.workspace, OpenOptions { clock: ctx.clock() })?;
+    let hooks = match agent {
+        Some(agent) => Some(
+            ckpt::agent_settings::install(&ws, agent, &ckpt_command())
+                .map_err(|e| CommandError::new(super::error::ERROR, super::error::one_line(&e)))?,
+        ),
+        None => None,
+    };
     if ui.json {
         ui.json(&serde_json::json!({
             "workspace": ws.root().display().to_string(),
             "created": stats.created,
             "wrote_config": stats.wrote_config,
+            "hooks": hooks.as_ref().map(|h| serde_json::json!({"file": h.file, "added": h.added})),
         }))?;
+        return Ok(OK);
+    }
+    if let Some(h) = &hooks {
+        if h.added > 0 {
+            ui.line(&format!("added {} ckpt hook(s) to {}", h.added, h.file))?;
+        } else {
+            ui.line(&format!(
+                "{} already has ckpt's hooks; nothing changed",
+                h.file
+            ))?;
+        }
+    }
+    if hooks.is_some() && !stats.created {
+        return Ok(OK);
     } else if stats.created {
         ui.line(&format!(
             "initialised ckpt in `{}` (data in .agent-runtime/)",

@@ -3,6 +3,7 @@
 
 mod checkpoint;
 mod demo;
+mod diff;
 pub mod error;
 mod exec;
 mod hook;
@@ -10,6 +11,7 @@ mod init;
 mod log;
 mod render;
 mod show;
+mod status;
 pub mod ui;
 mod verify;
 
@@ -47,6 +49,10 @@ enum Command {
     Log(log::Args),
     /// Show one checkpoint, call or patch, with its diff
     Show(show::Args),
+    /// Files the agent changed, files changed since, open conflicts, calls in doubt
+    Status(status::Args),
+    /// The agent's changes only, as a unified diff
+    Diff(diff::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
     Verify(verify::Args),
     /// Play a whole story in a scratch workspace and narrate it
@@ -175,6 +181,8 @@ pub fn main() -> i32 {
         Command::Checkpoint(a) => checkpoint::run(&mut ui, &ctx, a),
         Command::Log(a) => log::run(&mut ui, &ctx, a),
         Command::Show(a) => show::run(&mut ui, &ctx, a),
+        Command::Status(a) => status::run(&mut ui, &ctx, a),
+        Command::Diff(a) => diff::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),

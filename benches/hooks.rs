@@ -1,0 +1,320 @@
+//! Hook benchmarks (issue 3), side by side with today's tools on the same
+//! generated workspaces (PERFORMANCE.md W1/W2, W3 with `CKPT_BENCH_W3=1`).
+//!
+//! ```text
+//! cargo bench --bench hooks               # W1 and W2
+//! CKPT_BENCH_W3=1 cargo bench --bench hooks
+//! CKPT_BENCH_QUICK=1 cargo bench --bench hooks
+//! ```
+//!
+//! Every ckpt figure is whole processes of the real binary (what an agent
+//! pays), durable (fsync on). Workspaces live in `target/bench-workspaces/`.
+
+#[path = "common/workload.rs"]
+mod workload;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use workload::{Stats, fmt_ms};
+
+fn ckpt() -> &'static str {
+    env!("CARGO_BIN_EXE_ckpt")
+}
+
+fn hook(ws: &Path, phase: &str, payload: &str) -> Duration {
+    let t = Instant::now();
+    let mut child = Command::new(ckpt())
+        .args(["hook", phase])
+        .env("CKPT_WORKSPACE", ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ckpt");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let d = t.elapsed();
+    assert!(
+        out.status.success(),
+        "ckpt hook {phase} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+fn bash(ws: &Path, event: &str, id: &str) -> String {
+    serde_json::json!({
+        "session_id": "bench", "cwd": ws, "hook_event_name": event, "tool_name": "Bash",
+        "tool_input": {"command": "make"}, "tool_use_id": id,
+    })
+    .to_string()
+}
+
+fn edit(ws: &Path, event: &str, id: &str, file: &Path) -> String {
+    serde_json::json!({
+        "session_id": "bench", "cwd": ws, "hook_event_name": event, "tool_name": "Edit",
+        "tool_input": {"file_path": ws.join(file), "old_string": "x", "new_string": "y"},
+        "tool_use_id": id,
+    })
+    .to_string()
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let mut total = 0;
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
+    for e in rd.flatten() {
+        let md = e.metadata().unwrap();
+        total += if md.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            md.len()
+        };
+    }
+    total
+}
+
+fn peak_rss_kb(ws: &Path, payload: &str) -> Option<u64> {
+    let mut child = Command::new("/usr/bin/time")
+        .args(["-f", "%M", ckpt(), "hook", "pre"])
+        .env("CKPT_WORKSPACE", ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(payload.as_bytes()).ok()?;
+    let out = child.wait_with_output().ok()?;
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .last()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn stats(v: &mut [Duration]) -> Stats {
+    Stats::from_samples(v)
+}
+
+fn main() {
+    if workload::git_version().is_err() {
+        println!("SKIPPED: git is not installed; the workloads need it");
+        return;
+    }
+    let quick = std::env::var("CKPT_BENCH_QUICK").is_ok();
+    let mut specs = vec![workload::W1, workload::W2];
+    if std::env::var("CKPT_BENCH_W3").is_ok() {
+        specs.push(workload::W3);
+    }
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-workspaces");
+    std::fs::create_dir_all(&base).unwrap();
+    let n_edit = if quick { 5 } else { 20 };
+    let n_shell = if quick { 3 } else { 10 };
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut push = |name: &str, col: usize, v: String| {
+        if let Some(r) = rows.iter_mut().find(|r| r.0 == name) {
+            if r.1.len() <= col {
+                r.1.resize(col + 1, String::new());
+            }
+            r.1[col] = v;
+        } else {
+            let mut cells = vec![String::new(); col + 1];
+            cells[col] = v;
+            rows.push((name.to_string(), cells));
+        }
+    };
+    for (col, spec) in specs.iter().enumerate() {
+        let t = Instant::now();
+        let g = workload::generate(spec, &base.join(spec.name)).expect("generate workload");
+        eprintln!("{}: ready in {:?}", spec.name, t.elapsed());
+        let ws = g.root.clone();
+        let rt = ws.join(".agent-runtime");
+
+        // First use on a clean checkout: the first hook inits and snapshots.
+        let mut first = Vec::new();
+        let mut blobs_first = 0;
+        for i in 0..(if quick { 2 } else { 5 }) {
+            let _ = std::fs::remove_dir_all(&rt);
+            first.push(hook(
+                &ws,
+                "pre",
+                &bash(&ws, "PreToolUse", &format!("first{i}")),
+            ));
+            blobs_first = dir_bytes(&rt.join("artifacts/blobs"));
+            hook(&ws, "post", &bash(&ws, "PostToolUse", &format!("first{i}")));
+        }
+        let mut status: Vec<Duration> = (0..n_shell)
+            .map(|_| workload::git_status(&ws).unwrap())
+            .collect();
+        let status = stats(&mut status);
+        let first = stats(&mut first);
+        push(
+            "first use on a clean checkout (init + snapshot, one `ckpt hook pre`)",
+            col,
+            first.to_string(),
+        );
+        push(
+            "  bytes copied into the store at first use",
+            col,
+            format!("{blobs_first} B"),
+        );
+        push(
+            "`git status --porcelain` (no optional locks), clean",
+            col,
+            status.to_string(),
+        );
+        push(
+            "  first use ÷ git status (goal ≤ 2×)",
+            col,
+            format!(
+                "{:.2}×",
+                first.median.as_secs_f64() / status.median.as_secs_f64()
+            ),
+        );
+
+        // pre+post around a one-file Edit.
+        let files = g.pick_files(n_edit, 7);
+        let before_bytes = dir_bytes(&rt);
+        let mut pair = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let id = format!("edit{i}");
+            let pre = hook(&ws, "pre", &edit(&ws, "PreToolUse", &id, f));
+            workload::edit_file(&ws.join(f), i as u64).unwrap();
+            let post = hook(&ws, "post", &edit(&ws, "PostToolUse", &id, f));
+            pair.push(pre + post);
+        }
+        let per_edit = (dir_bytes(&rt) - before_bytes) / files.len() as u64;
+        let pair = stats(&mut pair);
+        push(
+            "pre+post around a one-file Edit (goal ≤ 10 ms, W3÷W1 ≤ 1.3)",
+            col,
+            pair.to_string(),
+        );
+        push(
+            "  bytes stored per recorded edit (blobs, patch, ledger)",
+            col,
+            format!("{per_edit} B"),
+        );
+
+        // Shadow git after a one-file edit, on the same tree.
+        let shadow = base.join(format!("{}-shadow", spec.name));
+        let _ = std::fs::remove_dir_all(&shadow);
+        let shadow_first = workload::shadow_git_init(&ws, &shadow).unwrap();
+        let mut sh = Vec::new();
+        for (i, f) in g.pick_files(n_shell, 11).iter().enumerate() {
+            workload::edit_file(&ws.join(f), 100 + i as u64).unwrap();
+            sh.push(workload::shadow_git_checkpoint(&ws, &shadow).unwrap());
+        }
+        let sh = stats(&mut sh);
+        push("shadow git: first checkpoint", col, fmt_ms(shadow_first));
+        push(
+            "shadow git: checkpoint after a one-file edit",
+            col,
+            sh.to_string(),
+        );
+        push(
+            "  shadow checkpoint ÷ ckpt Edit pre+post",
+            col,
+            format!(
+                "{:.1}×",
+                sh.median.as_secs_f64() / pair.median.as_secs_f64()
+            ),
+        );
+        let _ = std::fs::remove_dir_all(&shadow);
+
+        // Resynchronise the snapshot after the edits above (untimed).
+        hook(&ws, "pre", &bash(&ws, "PreToolUse", "sync"));
+        hook(&ws, "post", &bash(&ws, "PostToolUse", "sync"));
+        let mut nochange = Vec::new();
+        for i in 0..n_shell {
+            let id = format!("nc{i}");
+            nochange.push(
+                hook(&ws, "pre", &bash(&ws, "PreToolUse", &id))
+                    + hook(&ws, "post", &bash(&ws, "PostToolUse", &id)),
+            );
+        }
+        let nochange = stats(&mut nochange);
+        let mut floor: Vec<Duration> = (0..n_shell)
+            .map(|_| workload::stat_walk_floor(&ws).unwrap())
+            .collect();
+        let floor = stats(&mut floor);
+        push(
+            "pre+post around a shell command that changes nothing",
+            col,
+            nochange.to_string(),
+        );
+        push(
+            "stat-walk floor (one in-process walk + lstat, .gitignore honoured)",
+            col,
+            floor.to_string(),
+        );
+        push(
+            "  shell pre+post ÷ (2 × walk floor) (goal ≤ 1.5×)",
+            col,
+            format!(
+                "{:.2}×",
+                nochange.median.as_secs_f64() / (2.0 * floor.median.as_secs_f64())
+            ),
+        );
+        push(
+            "  shell pre+post ÷ git status",
+            col,
+            format!(
+                "{:.2}×",
+                nochange.median.as_secs_f64() / status.median.as_secs_f64()
+            ),
+        );
+
+        let mut hundred = Vec::new();
+        for i in 0..(if quick { 2 } else { 5 }) {
+            let id = format!("h{i}");
+            let pre = hook(&ws, "pre", &bash(&ws, "PreToolUse", &id));
+            let fs = g.pick_files(100, 1000 + i as u64);
+            workload::edit_many(&ws, &fs, 2000 + i as u64).unwrap();
+            let post = hook(&ws, "post", &bash(&ws, "PostToolUse", &id));
+            hundred.push(pre + post);
+        }
+        let hundred = stats(&mut hundred);
+        push(
+            "pre+post around a shell command that changes 100 files",
+            col,
+            hundred.to_string(),
+        );
+
+        let rss = peak_rss_kb(&ws, &bash(&ws, "PreToolUse", "rss"));
+        push(
+            "peak RSS of a shell pre hook",
+            col,
+            rss.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or("n/a".into()),
+        );
+        let rss_edit = peak_rss_kb(&ws, &edit(&ws, "PreToolUse", "rss2", &g.files[0]));
+        push(
+            "peak RSS of an Edit pre hook",
+            col,
+            rss_edit
+                .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or("n/a".into()),
+        );
+
+        // Leave the workspace as generated for the next run.
+        let _ = std::fs::remove_dir_all(&rt);
+        workload::restore(&ws).unwrap();
+    }
+    let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
+    println!("| measurement | {} |", names.join(" | "));
+    println!("|---|{}", "---|".repeat(names.len()));
+    for (name, cells) in rows {
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+}

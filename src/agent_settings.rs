@@ -1,0 +1,274 @@
+//! `ckpt init --hooks AGENT`: merges ckpt's hooks into an agent's settings file,
+//! keeping everything already there (key order included) and adding nothing
+//! twice, so running it again changes nothing.
+//!
+//! | agent | file | events |
+//! | --- | --- | --- |
+//! | claude | `.claude/settings.json` | PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit, SessionStart |
+//! | codex | `.codex/hooks.json` | PreToolUse, PostToolUse |
+//! | gemini | `.gemini/settings.json` | BeforeTool, AfterTool, SessionStart |
+//! | cursor | `.cursor/hooks.json` | afterFileEdit, beforeShellExecution, afterShellExecution |
+
+use serde_json::{Map, Value, json};
+
+use crate::fs_util::EntryKind;
+use crate::paths::RelPath;
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The agents `init --hooks` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// Claude Code.
+    Claude,
+    /// OpenAI Codex CLI.
+    Codex,
+    /// Gemini CLI.
+    Gemini,
+    /// Cursor.
+    Cursor,
+}
+
+impl std::str::FromStr for Agent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "claude" => Agent::Claude,
+            "codex" => Agent::Codex,
+            "gemini" => Agent::Gemini,
+            "cursor" => Agent::Cursor,
+            _ => {
+                return Err(format!(
+                    "unknown agent `{s}`; use claude, codex, gemini or cursor"
+                ));
+            }
+        })
+    }
+}
+
+/// What `install` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallStats {
+    /// The settings file (workspace-relative).
+    pub file: String,
+    /// Hook entries added (0 when everything was already there).
+    pub added: usize,
+}
+
+/// Why the settings could not be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The existing file is not a JSON object.
+    #[error(
+        "`{0}` is not a JSON object ckpt can merge into ({1}); fix it or move it away, then run `ckpt init --hooks` again"
+    )]
+    NotMergeable(String, String),
+    /// Reading or writing failed.
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+}
+
+fn file_for(agent: Agent) -> &'static str {
+    match agent {
+        Agent::Claude => ".claude/settings.json",
+        Agent::Codex => ".codex/hooks.json",
+        Agent::Gemini => ".gemini/settings.json",
+        Agent::Cursor => ".cursor/hooks.json",
+    }
+}
+
+/// (event, matcher, ckpt subcommand) triples for an agent.
+fn wanted(agent: Agent) -> Vec<(&'static str, Option<&'static str>, &'static str)> {
+    match agent {
+        Agent::Claude => vec![
+            ("PreToolUse", Some("*"), "pre"),
+            ("PostToolUse", Some("*"), "post"),
+            ("PostToolUseFailure", Some("*"), "post-failure"),
+            ("UserPromptSubmit", None, "prompt"),
+            ("SessionStart", None, "session-start"),
+        ],
+        Agent::Codex => vec![
+            ("PreToolUse", Some("*"), "pre"),
+            ("PostToolUse", Some("*"), "post"),
+        ],
+        Agent::Gemini => vec![
+            ("BeforeTool", Some("*"), "pre"),
+            ("AfterTool", Some("*"), "post"),
+            ("SessionStart", None, "session-start"),
+        ],
+        Agent::Cursor => vec![
+            ("afterFileEdit", None, "post"),
+            ("beforeShellExecution", None, "pre"),
+            ("afterShellExecution", None, "post"),
+        ],
+    }
+}
+
+fn format_flag(agent: Agent) -> &'static str {
+    match agent {
+        Agent::Claude => "",
+        Agent::Codex => " --format codex",
+        Agent::Gemini => " --format gemini",
+        Agent::Cursor => " --format cursor",
+    }
+}
+
+fn mentions_ckpt_hook(v: &Value, sub: &str) -> bool {
+    match v {
+        Value::String(s) => s.contains("ckpt") && s.contains(&format!("hook {sub}")),
+        Value::Array(a) => a.iter().any(|x| mentions_ckpt_hook(x, sub)),
+        Value::Object(o) => o.values().any(|x| mentions_ckpt_hook(x, sub)),
+        _ => false,
+    }
+}
+
+/// Merges ckpt's hooks into `existing` (the settings document); returns how many
+/// entries were added. Pure, for tests.
+pub fn merge(
+    agent: Agent,
+    existing: &mut Map<String, Value>,
+    ckpt_cmd: &str,
+) -> Result<usize, String> {
+    if agent == Agent::Cursor && !existing.contains_key("version") {
+        existing.insert("version".into(), json!(1));
+    }
+    let hooks = existing
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(hooks) = hooks else {
+        return Err("`hooks` is not an object".into());
+    };
+    let mut added = 0;
+    for (event, matcher, sub) in wanted(agent) {
+        let list = hooks
+            .entry(event)
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Value::Array(list) = list else {
+            return Err(format!("`hooks.{event}` is not a list"));
+        };
+        if list.iter().any(|e| mentions_ckpt_hook(e, sub)) {
+            continue;
+        }
+        let command = format!("{ckpt_cmd} hook {sub}{}", format_flag(agent));
+        let entry = match agent {
+            Agent::Cursor => json!({ "command": command }),
+            Agent::Gemini => {
+                let h = json!({ "type": "command", "command": command, "timeout": 30000 });
+                match matcher {
+                    Some(m) => json!({ "matcher": m, "hooks": [h] }),
+                    None => json!({ "hooks": [h] }),
+                }
+            }
+            _ => {
+                let h = json!({ "type": "command", "command": command, "timeout": 30 });
+                match matcher {
+                    Some(m) => json!({ "matcher": m, "hooks": [h] }),
+                    None => json!({ "hooks": [h] }),
+                }
+            }
+        };
+        list.push(entry);
+        added += 1;
+    }
+    Ok(added)
+}
+
+/// Installs ckpt's hooks into the agent's settings file in the workspace.
+/// `ckpt_cmd` is how the agent should invoke ckpt (a path or `ckpt`).
+pub fn install(
+    ws: &Workspace,
+    agent: Agent,
+    ckpt_cmd: &str,
+) -> Result<InstallStats, SettingsError> {
+    let file = file_for(agent);
+    let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
+    let io = |e: std::io::Error| {
+        SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
+    };
+    let (mut doc, mode) = match ws.files().entry(&rel).map_err(io)? {
+        EntryKind::Absent => (Map::new(), 0o644),
+        EntryKind::File { mode, .. } => {
+            let bytes = ws.files().read(&rel).map_err(io)?;
+            let text = String::from_utf8_lossy(&bytes);
+            let v: Value = if text.trim().is_empty() {
+                Value::Object(Map::new())
+            } else {
+                serde_json::from_str(&text)
+                    .map_err(|e| SettingsError::NotMergeable(file.into(), e.to_string()))?
+            };
+            match v {
+                Value::Object(m) => (m, mode),
+                _ => {
+                    return Err(SettingsError::NotMergeable(
+                        file.into(),
+                        "not an object".into(),
+                    ));
+                }
+            }
+        }
+        _ => {
+            return Err(SettingsError::NotMergeable(
+                file.into(),
+                "not a regular file".into(),
+            ));
+        }
+    };
+    let added = merge(agent, &mut doc, ckpt_cmd)
+        .map_err(|e| SettingsError::NotMergeable(file.into(), e))?;
+    if added > 0 {
+        let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| io(e.into()))?;
+        bytes.push(b'\n');
+        // The old settings are kept in the blob store before being replaced.
+        if let Ok(old) = ws.files().read(&rel) {
+            ws.blobs().put_bytes(&old).map_err(WorkspaceError::from)?;
+        }
+        ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
+    }
+    Ok(InstallStats {
+        file: file.to_string(),
+        added,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merging_keeps_existing_hooks_and_is_idempotent() {
+        let mut doc: Map<String, Value> = serde_json::from_str(
+            r#"{"model":"x","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]},"z":1}"#,
+        )
+        .unwrap();
+        assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 5);
+        let pre = doc["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(pre.len(), 2);
+        assert_eq!(pre[0]["hooks"][0]["command"], "./lint.sh");
+        assert_eq!(pre[1]["hooks"][0]["command"], "ckpt hook pre");
+        let keys: Vec<&String> = doc.keys().collect();
+        assert_eq!(keys, ["model", "hooks", "z"], "key order is kept");
+        let before = doc.clone();
+        assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 0);
+        assert_eq!(doc, before);
+    }
+
+    #[test]
+    fn every_agent_gets_its_events_and_format() {
+        for (agent, event, cmd) in [
+            (Agent::Codex, "PostToolUse", "ckpt hook post --format codex"),
+            (Agent::Gemini, "BeforeTool", "ckpt hook pre --format gemini"),
+        ] {
+            let mut doc = Map::new();
+            merge(agent, &mut doc, "ckpt").unwrap();
+            assert_eq!(doc["hooks"][event][0]["hooks"][0]["command"], cmd);
+        }
+        let mut doc = Map::new();
+        merge(Agent::Cursor, &mut doc, "ckpt").unwrap();
+        assert_eq!(doc["version"], 1);
+        assert_eq!(
+            doc["hooks"]["afterFileEdit"][0]["command"],
+            "ckpt hook post --format cursor"
+        );
+        let mut bad: Map<String, Value> = serde_json::from_str(r#"{"hooks":[]}"#).unwrap();
+        assert!(merge(Agent::Claude, &mut bad, "ckpt").is_err());
+    }
+}
