@@ -597,11 +597,16 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 for ch in changes {
                     // A change another call already recorded exactly (an edit tool
                     // that ran during this call's window) is that call's, not ours.
+                    // (Its write must fall inside our window: what we saw before the
+                    // call differs from what it left, and what is there now is exactly it.)
+                    let after = Snap::from_state(&ch.after);
+                    let before = Snap::from_state(&ch.before);
                     if let Some(af) = reg.get(&ch.path)
                         && af.call != call
-                        && af.hash == ch.after.hash()
-                        && af.hash.is_some()
                         && ch.from.is_none()
+                        && af.hash.is_some()
+                        && (af.hash, af.mode, af.symlink) == (after.hash, after.mode, after.symlink)
+                        && (af.hash, af.mode, af.symlink) != (before.hash, before.mode, before.symlink)
                     {
                         continue;
                     }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ckpt::{CallOptions, CallStatus, CheckpointOptions, OpenOptions, Workspace};
+use ckpt::{CheckpointOptions, OpenOptions, Workspace};
 
 use super::error::{CommandError, ERROR, OK};
 use super::render::describe;
@@ -101,77 +101,185 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
         ),
     )?;
 
-    // 2. The agent's first call: a new file and an edit, written through ckpt.
-    let greet = ws.rel_path(b"src/greet.rs", None)?;
-    let main_rs = ws.rel_path(b"src/main.rs", None)?;
-    let notes = ws.rel_path(b"notes.txt", None)?;
-    let mut call = ws
-        .begin_call(CallOptions {
-            session: Some("demo".into()),
-            tool: "MultiEdit".into(),
-            paths: vec![greet.clone(), main_rs.clone()],
-            ..Default::default()
-        })
-        .map_err(|e| fail("starting a call", e))?;
-    call.write_file(
-        &greet,
-        b"pub fn greet(name: &str) -> String {\n    format!(\"hello, {name}\")\n}\n",
-    )
-    .map_err(|e| fail("writing through ckpt", e))?;
-    call.write_file(
-        &main_rs,
-        b"mod greet;\n\nfn main() {\n    println!(\"{}\", greet::greet(\"world\"));\n}\n",
-    )
-    .map_err(|e| fail("writing through ckpt", e))?;
-    let s1 = call
-        .finish(CallStatus::Succeeded, None)
-        .map_err(|e| fail("finishing a call", e))?;
+    // 2. A Claude Code session, fed through the same hook payloads Claude Code
+    //    sends (`ckpt hook …` reads them on stdin; here they go straight to the
+    //    same library call).
+    let ws_path = dir.display().to_string();
+    let cfg =
+        ckpt::config::Config::load(ws.runtime_dir()).map_err(|e| fail("reading config", e))?;
+    let feed = |phase: ckpt::capture::Phase,
+                payload: serde_json::Value|
+     -> Result<ckpt::hook::HookStats, CommandError> {
+        let ev = ckpt::capture::parse(payload.to_string().as_bytes(), phase, None)
+            .map_err(|e| fail("parsing a hook payload", e))?;
+        ckpt::hook::run(&ws, &cfg, &ev).map_err(|e| fail("recording a hook", e))
+    };
+    use ckpt::capture::Phase;
+    let common = |event: &str| {
+        serde_json::json!({"session_id": "demo-session", "cwd": ws_path, "hook_event_name": event,
+            "transcript_path": "/home/you/.claude/projects/demo/demo-session.jsonl"})
+    };
+    let with = |mut base: serde_json::Value, extra: serde_json::Value| {
+        if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        base
+    };
+    say(
+        ui,
+        &mut narrate,
+        "\n2. A Claude Code session starts; its hooks feed ckpt (ckpt init --hooks claude installs them)",
+    )?;
+    let s = feed(
+        Phase::SessionStart,
+        with(
+            common("SessionStart"),
+            serde_json::json!({"source": "startup"}),
+        ),
+    )?;
     say(
         ui,
         &mut narrate,
         &format!(
-            "\n2. The agent's call {} creates src/greet.rs and edits src/main.rs:\n   before and after contents stored by sha256, {} patches recorded",
-            s1.call,
-            s1.patches.len()
+            "   SessionStart      → checkpoint {}",
+            s.checkpoint.unwrap_or_default()
         ),
     )?;
-    let c1 = ws
-        .checkpoint(CheckpointOptions {
-            label: Some("greet added".into()),
-            session: Some("demo".into()),
-            ..Default::default()
-        })
-        .map_err(|e| fail("checkpointing", e))?;
+    let s = feed(
+        Phase::Prompt,
+        with(
+            common("UserPromptSubmit"),
+            serde_json::json!({"prompt": "Add a greeting module and use it in main"}),
+        ),
+    )?;
     say(
         ui,
         &mut narrate,
-        &format!("   $ ckpt checkpoint -m 'greet added'  → {}", c1.checkpoint),
+        &format!(
+            "   UserPromptSubmit  → checkpoint {} \"Add a greeting module and use it in main\"",
+            s.checkpoint.unwrap_or_default()
+        ),
     )?;
 
-    // 3. The agent's second call deletes a file.
-    let mut call = ws
-        .begin_call(CallOptions {
-            session: Some("demo".into()),
-            tool: "Bash".into(),
-            ..Default::default()
-        })
-        .map_err(|e| fail("starting a call", e))?;
-    call.delete_file(&notes)
-        .map_err(|e| fail("deleting through ckpt", e))?;
-    let s2 = call
-        .finish(CallStatus::Succeeded, None)
-        .map_err(|e| fail("finishing a call", e))?;
+    let greet_body = "pub fn greet(name: &str) -> String {\n    format!(\"hello, {name}\")\n}\n";
+    let write_in =
+        serde_json::json!({"file_path": format!("{ws_path}/src/greet.rs"), "content": greet_body});
+    feed(
+        Phase::Pre,
+        with(
+            common("PreToolUse"),
+            serde_json::json!({"tool_name": "Write", "tool_input": write_in, "tool_use_id": "toolu_demo_write"}),
+        ),
+    )?;
+    std::fs::write(dir.join("src/greet.rs"), greet_body).map_err(|e| fail("writing", e))?;
+    let s = feed(
+        Phase::Post,
+        with(
+            common("PostToolUse"),
+            serde_json::json!({"tool_name": "Write", "tool_input": write_in, "tool_use_id": "toolu_demo_write",
+        "tool_response": {"type": "create", "filePath": format!("{ws_path}/src/greet.rs"), "originalFile": null}}),
+        ),
+    )?;
     say(
         ui,
         &mut narrate,
         &format!(
-            "\n3. The agent's call {} deletes notes.txt; its content stays in the blob store",
-            s2.call
+            "   Write src/greet.rs           (toolu_demo_write) → {} patch: before absent, after stored",
+            s.patches
         ),
     )?;
+
+    let old_main = "    println!(\"hello\");\n";
+    let new_main = "    println!(\"{}\", greet::greet(\"world\"));\n";
+    let edit_in = serde_json::json!({"file_path": format!("{ws_path}/src/main.rs"), "old_string": old_main, "new_string": new_main, "replace_all": false});
+    feed(
+        Phase::Pre,
+        with(
+            common("PreToolUse"),
+            serde_json::json!({"tool_name": "Edit", "tool_input": edit_in, "tool_use_id": "toolu_demo_edit"}),
+        ),
+    )?;
+    std::fs::write(
+        dir.join("src/main.rs"),
+        format!("mod greet;\n\nfn main() {{\n{new_main}}}\n"),
+    )
+    .map_err(|e| fail("writing", e))?;
+    let s = feed(
+        Phase::Post,
+        with(
+            common("PostToolUse"),
+            serde_json::json!({"tool_name": "Edit", "tool_input": edit_in, "tool_use_id": "toolu_demo_edit"}),
+        ),
+    )?;
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "   Edit src/main.rs             (toolu_demo_edit)  → {} patch",
+            s.patches
+        ),
+    )?;
+
+    // 3. The user edits the agent's file by hand.
+    std::fs::write(
+        dir.join("src/greet.rs"),
+        format!("// Greets people. (added by the user)\n{greet_body}"),
+    )
+    .map_err(|e| fail("writing", e))?;
+    say(
+        ui,
+        &mut narrate,
+        "\n3. You add a comment to src/greet.rs yourself, between two agent calls",
+    )?;
+
+    // 4. A shell command: changes found by comparing the workspace around it.
+    let bash_in = serde_json::json!({"command": "rm notes.txt && mv README.md README && chmod +x src/main.rs"});
+    let s = feed(
+        Phase::Pre,
+        with(
+            common("PreToolUse"),
+            serde_json::json!({"tool_name": "Bash", "tool_input": bash_in, "tool_use_id": "toolu_demo_bash"}),
+        ),
+    )?;
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "   the next PreToolUse notices it → {} user_edit recorded (your bytes are stored too)",
+            s.user_edits
+        ),
+    )?;
+    std::fs::remove_file(dir.join("notes.txt")).map_err(|e| fail("running the command", e))?;
+    std::fs::rename(dir.join("README.md"), dir.join("README"))
+        .map_err(|e| fail("running the command", e))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("src/main.rs"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .map_err(|e| fail("running the command", e))?;
+    }
+    let s = feed(
+        Phase::Post,
+        with(
+            common("PostToolUse"),
+            serde_json::json!({"tool_name": "Bash", "tool_input": bash_in, "tool_use_id": "toolu_demo_bash",
+        "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
+        ),
+    )?;
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "\n4. Bash `rm notes.txt && mv README.md README && chmod +x src/main.rs` (toolu_demo_bash)\n   no file named in the payload: ckpt compares the workspace before and after → {} patches (delete, rename, mode)",
+            s.patches
+        ),
+    )?;
+    let s1_main = ws.rel_path(b"src/main.rs", None)?;
 
     // 4. The timeline.
-    say(ui, &mut narrate, "\n4. $ ckpt log")?;
+    say(ui, &mut narrate, "\n5. $ ckpt log")?;
     let read = ws
         .read_ledger()
         .map_err(|e| fail("reading the ledger", e))?;
@@ -183,7 +291,15 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
             &format!("   {:>3}  {kind:<10}  {text}", r.seq),
         )?;
     }
-    if let Some(p) = s1.patches.iter().find(|p| p.path == main_rs) {
+    let main_patch = read.records.iter().find_map(|r| match &r.body {
+        ckpt::record::Body::FilePatch(p)
+            if p.path == s1_main && p.op == ckpt::record::PatchOp::Modify =>
+        {
+            Some(p.clone())
+        }
+        _ => None,
+    });
+    if let Some(p) = main_patch {
         let diff = ckpt::call::read_patch_artifact(&ws, &p.patch)
             .map_err(|e| fail("reading a patch", e))?;
         say(
@@ -199,13 +315,13 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
         }
     }
 
-    // 5. Verify, then show that tampering is caught.
+    // 6. Verify, then show that tampering is caught.
     let report = ws.verify().map_err(|e| fail("verifying", e))?;
     say(
         ui,
         &mut narrate,
         &format!(
-            "\n5. $ ckpt verify  → {}: {} records, {} blobs re-hashed, {} checkpoints anchored",
+            "\n6. $ ckpt verify  → {}: {} records, {} blobs re-hashed, {} checkpoints anchored",
             if report.ok { "ok" } else { "FAILED" },
             report.records,
             report.blobs_checked,
@@ -215,7 +331,7 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     let ledger_path = dir.join(".agent-runtime/ledger.jsonl");
     let original = std::fs::read(&ledger_path).map_err(|e| fail("reading the ledger", e))?;
     let mut tampered = original.clone();
-    if let Some(i) = find(&tampered, b"greet.rs") {
+    if let Some(i) = find(&tampered, b"src/main.rs") {
         tampered[i] = b'G';
     }
     std::fs::write(&ledger_path, &tampered).map_err(|e| fail("tampering", e))?;
