@@ -24,6 +24,11 @@ impl ContentHash {
         ContentHash(Sha256::digest(bytes).into())
     }
 
+    /// Wraps raw digest bytes.
+    pub fn from_bytes(b: [u8; 32]) -> ContentHash {
+        ContentHash(b)
+    }
+
     /// Returns the raw 32 digest bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

@@ -393,8 +393,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     let scan = ev.capture == Capture::Scan;
     if scan {
         let batch = BatchDurability::start(ws);
-        let snap = crate::scan::pre(ws, cfg)?;
-        crate::scan::save_for_call(ws, &key, &snap)?;
+        crate::scan::pre(ws, cfg, &key)?;
         batch.finish()?;
     }
     crate::failpoint::hit("hook.pre.after_snapshot")

@@ -43,6 +43,32 @@ pub const RACY_NS: i64 = 50_000_000;
 
 const MAGIC: &[u8; 8] = b"CKPTSNP1";
 
+/// A fast non-cryptographic hasher for path keys (FxHash, as rustc uses): the
+/// snapshot maps hold every path of the workspace, and SipHash showed up in
+/// profiles. Keys come from our own walk, not from an attacker.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The map type of snapshots.
+pub type PathMap<V> = HashMap<Vec<u8>, V, std::hash::BuildHasherDefault<FxHasher>>;
+
 /// Stat data and content identity of one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -81,7 +107,7 @@ pub struct Snapshot {
     /// When the walk started (ns since the epoch).
     pub taken_ns: i64,
     /// Path bytes → entry.
-    pub entries: HashMap<Vec<u8>, Entry>,
+    pub entries: PathMap<Entry>,
 }
 
 /// One path a call changed.
@@ -184,8 +210,8 @@ fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
 /// Serialises a snapshot (a compact binary format; it is a cache, rebuilt by a
 /// walk when missing or damaged).
 pub fn encode(s: &Snapshot) -> Vec<u8> {
-    let mut keys: Vec<&Vec<u8>> = s.entries.keys().collect();
-    keys.sort();
+    // Unsorted: the reader builds a map anyway.
+    let keys: Vec<&Vec<u8>> = s.entries.keys().collect();
     let mut out = Vec::with_capacity(16 + keys.len() * 110);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&s.taken_ns.to_le_bytes());
@@ -238,7 +264,7 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
     take(&mut r, 8)?;
     let taken_ns = u64_(&mut r)? as i64;
     let n = u64_(&mut r)? as usize;
-    let mut entries = HashMap::with_capacity(n.min(10_000_000));
+    let mut entries = PathMap::with_capacity_and_hasher(n.min(10_000_000), Default::default());
     for _ in 0..n {
         let len = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
         let key = take(&mut r, len)?.to_vec();
@@ -249,7 +275,7 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
         let ctime_ns = u64_(&mut r)? as i64;
         let ino = u64_(&mut r)?;
         let hash = if flags & 2 != 0 {
-            Some(ContentHash::from_hex(&crate::hash::hex(take(&mut r, 32)?))?)
+            Some(ContentHash::from_bytes(take(&mut r, 32)?.try_into().ok()?))
         } else {
             None
         };
@@ -341,11 +367,8 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Snapsho
     let walked = walk(ws.root(), cfg)
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
     let mut git: Option<Option<GitIndex>> = None;
-    let mut entries = HashMap::with_capacity(walked.len());
+    let mut entries = PathMap::with_capacity_and_hasher(walked.len(), Default::default());
     for (key, mut e) in walked {
-        let Ok(rel) = RelPath::from_ledger(&key) else {
-            continue;
-        };
         if let Some(o) = old.and_then(|s| s.entries.get(&key).map(|o| (o, s.taken_ns))) {
             let (o, t) = o;
             if o.same_stat(&e)
@@ -366,6 +389,9 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Snapsho
         {
             e.git_oid = Some(oid);
         } else if e.size <= cfg.max_blob_bytes {
+            let Ok(rel) = RelPath::from_ledger(&key) else {
+                continue;
+            };
             e.hash = store(ws, &rel, &e)?;
         }
         entries.insert(key, e);
@@ -390,22 +416,31 @@ fn state_of(ws: &Workspace, e: &Entry) -> Result<FileState, WorkspaceError> {
     })
 }
 
-/// Takes the snapshot a shell call starts from (and makes it the workspace's
-/// current one).
-pub fn pre(ws: &Workspace, cfg: &Config) -> Result<Snapshot, WorkspaceError> {
+/// Takes the snapshot a shell call starts from, saves it for the call's post
+/// hook under `key`, and makes it the workspace's current one (one write, then
+/// a hard link: the file is never changed after it is written).
+pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
     let old = load(&dir, "snapshot.bin");
     let snap = fresh(ws, cfg, old.as_ref())?;
-    save(&dir, "snapshot.bin", &snap)?;
-    Ok(snap)
-}
-
-/// Saves a call's pre snapshot for its post hook.
-pub fn save_for_call(ws: &Workspace, key: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
-    let dir = index_dir(ws)?;
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
-    save(&calls, &format!("{key}.bin"), s)
+    let name = format!("{key}.bin");
+    save(&calls, &name, &snap)?;
+    let tmp = fs_util::temp_name(".ckpt-tmp-");
+    let linked = rustix::fs::linkat(
+        &calls,
+        name.as_str(),
+        &dir,
+        tmp.as_str(),
+        rustix::fs::AtFlags::empty(),
+    )
+    .and_then(|()| rustix::fs::renameat(&dir, tmp.as_str(), &dir, "snapshot.bin"));
+    if linked.is_err() {
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+        save(&dir, "snapshot.bin", &snap)?;
+    }
+    Ok(snap)
 }
 
 /// Loads (and removes) a call's pre snapshot.
@@ -423,7 +458,18 @@ pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
 pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>, WorkspaceError> {
     let now = fresh(ws, cfg, Some(pre))?;
     let mut changes = Vec::new();
-    let mut keys: Vec<&Vec<u8>> = pre.entries.keys().chain(now.entries.keys()).collect();
+    // Only the keys that differ are sorted (patches come out in path order).
+    let mut keys: Vec<&Vec<u8>> = pre
+        .entries
+        .iter()
+        .filter(|(k, b)| {
+            now.entries
+                .get(*k)
+                .is_none_or(|a| !a.same_stat(b) || a.hash != b.hash || a.git_oid != b.git_oid)
+        })
+        .map(|(k, _)| k)
+        .chain(now.entries.keys().filter(|k| !pre.entries.contains_key(*k)))
+        .collect();
     keys.sort();
     keys.dedup();
     for key in keys {
