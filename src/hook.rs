@@ -200,7 +200,7 @@ fn stat_of(ws: &Workspace, rel: &RelPath) -> Option<(u64, i64, i64, u64)> {
     let dir = ws.files().open_dir_beneath(parent.unwrap_or(b"")).ok()?;
     let st = rustix::fs::statat(
         &dir,
-        std::ffi::OsStr::new(std::str::from_utf8(name).ok()?),
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name),
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
     .ok()?;

@@ -279,3 +279,39 @@ fn an_edit_recorded_by_another_session_during_a_shell_call_is_not_claimed_twice(
         ]
     );
 }
+
+#[test]
+fn non_utf8_names_are_recorded_losslessly_and_never_collide() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = TestEnv::init();
+    let a = env.ws.join(std::ffi::OsStr::from_bytes(b"name\xff"));
+    let b = env.ws.join(std::ffi::OsStr::from_bytes(b"name\xfe"));
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0);
+    std::fs::write(&a, b"first\n").unwrap();
+    std::fs::write(&b, b"second\n").unwrap();
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Created before the second call: not that call's. Now change them in a call.
+    let r = env.ckpt(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "for f in name*; do echo more >> \"$f\"; done",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let recs = records(&env);
+    let paths: Vec<&serde_json::Value> = recs
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| &r["path"])
+        .collect();
+    assert_eq!(paths.len(), 2, "{recs:#?}");
+    let decoded: Vec<Vec<u8>> = paths
+        .iter()
+        .map(|p| ckpt::paths::b64_decode(p["b64"].as_str().unwrap()).unwrap())
+        .collect();
+    assert!(decoded.contains(&b"name\xff".to_vec()) && decoded.contains(&b"name\xfe".to_vec()));
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}
