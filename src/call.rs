@@ -157,6 +157,7 @@ pub fn patch_for(
         binary,
         patch_ref: Some(patch_ref),
         source,
+        candidates: Vec::new(),
     };
     Ok(Some((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),
@@ -205,6 +206,7 @@ pub fn rename_patch(
         binary: false,
         patch_ref: Some(patch_ref),
         source,
+        candidates: Vec::new(),
     };
     Ok((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),

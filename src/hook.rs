@@ -591,6 +591,9 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // Many files: write blobs and patches unsynced, then flush them
                 // all with one syncfs before the records that name them.
                 batch_guard = Some(BatchDurability::start(ws));
+                // Other shell calls open right now could have made any change we
+                // see: name them all rather than guess (issue 3).
+                let others = open_scan_calls(ws, &call);
                 let changes = crate::scan::post(ws, cfg, &pre_snap);
                 let changes = changes?;
                 for ch in changes {
@@ -613,7 +616,12 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                         Some(from) => Some(call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell)?),
                         None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell)?,
                     };
-                    if let Some((d, _)) = patch {
+                    if let Some((mut d, _)) = patch {
+                        if !others.is_empty()
+                            && let Body::FilePatch(fp) = &mut d.body
+                        {
+                            fp.candidates = std::iter::once(call.clone()).chain(others.iter().cloned()).collect();
+                        }
                         drafts.push(d);
                         patches += 1;
                         if let Some(from) = &ch.from {
@@ -791,4 +799,30 @@ impl Drop for BatchDurability<'_> {
             let _ = fs_util::sync_all_under(self.ws.runtime_dir().as_fd());
         }
     }
+}
+
+/// The ids of shell (scan) calls other than `me` whose pre has run and whose
+/// post has not.
+fn open_scan_calls(ws: &Workspace, me: &str) -> Vec<String> {
+    let Ok(dir) = calls_dir(ws) else {
+        return Vec::new();
+    };
+    let Ok(mut it) = rustix::fs::Dir::read_from(&dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(e)) = it.next() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".json") {
+            continue;
+        }
+        if let Some(s) = read_json::<CallState>(&dir, &name)
+            && s.scan
+            && s.call != me
+        {
+            out.push(s.call);
+        }
+    }
+    out.sort();
+    out
 }

@@ -314,6 +314,11 @@ pub struct FilePatch {
     pub patch_ref: Option<String>,
     /// Who made it.
     pub source: PatchSource,
+    /// When the change could have been made by any of several calls open at
+    /// once (shell calls of different sessions), all of them; `call` is the
+    /// one whose window saw it first. Empty when there is no doubt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<String>,
 }
 
 /// git state at a checkpoint.

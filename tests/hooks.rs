@@ -629,26 +629,51 @@ fn cursor_after_file_edit_reconstructs_the_before_by_reversing_the_edits() {
     let after = "export function greet(name: string): string {\n  return `Hello, ${name}!`;\n}\n\nexport const VERSION = \"1.1.0\";\n";
     let before = "export function greet(name: string): string {\n  return \"Hello, \" + name;\n}\n\nexport const VERSION = \"1.0.0\";\n";
     env.write("src/app.ts", after.as_bytes());
-    let r = hook(&env, "post", &fixture(&env, "cursor/afterfileedit.post.json"), &[]);
+    let r = hook(
+        &env,
+        "post",
+        &fixture(&env, "cursor/afterfileedit.post.json"),
+        &[],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let recs = records(&env);
-    let p = recs.iter().find(|r| r["kind"] == "file_patch").expect("a patch");
+    let p = recs
+        .iter()
+        .find(|r| r["kind"] == "file_patch")
+        .expect("a patch");
     assert_eq!(p["op"], "modify");
-    assert_eq!(p["before_hash"], sha(before.as_bytes()), "before = the edits reversed");
+    assert_eq!(
+        p["before_hash"],
+        sha(before.as_bytes()),
+        "before = the edits reversed"
+    );
     assert_eq!(p["after_hash"], sha(after.as_bytes()));
     assert_eq!(p["session"], "conv-cursor-1");
     git_apply_reproduces(&env, p, Some(before), Some(after), "cursor afterFileEdit");
 
     let env = TestEnv::init();
     env.write("src/foo.rs", b"fn foo() -> u8 {\n    2\n}\n");
-    let r = hook(&env, "post", &fixture(&env, "cursor/afterfileedit_toolinput.post.json"), &[]);
+    let r = hook(
+        &env,
+        "post",
+        &fixture(&env, "cursor/afterfileedit_toolinput.post.json"),
+        &[],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let p = records(&env).into_iter().find(|r| r["kind"] == "file_patch").expect("a patch");
+    let p = records(&env)
+        .into_iter()
+        .find(|r| r["kind"] == "file_patch")
+        .expect("a patch");
     assert_eq!(p["before_hash"], sha(b"fn foo() -> u8 {\n    1\n}\n"));
 
     // Outside the workspace: an after event cannot block, so exit 1, nothing recorded.
     let env = TestEnv::init();
-    let r = hook(&env, "post", &fixture(&env, "cursor/afterfileedit_outside.post.json"), &[]);
+    let r = hook(
+        &env,
+        "post",
+        &fixture(&env, "cursor/afterfileedit_outside.post.json"),
+        &[],
+    );
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("E_PATH_OUTSIDE"), "{}", r.stderr);
     assert!(records(&env).is_empty());
@@ -657,8 +682,14 @@ fn cursor_after_file_edit_reconstructs_the_before_by_reversing_the_edits() {
 #[test]
 fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
     let env = TestEnv::new();
-    assert_eq!(hook(&env, "pre", &fixture(&env, "codex/bash.pre.json"), &[]).code, 0);
-    assert_eq!(hook(&env, "post", &fixture(&env, "codex/bash.post.json"), &[]).code, 0);
+    assert_eq!(
+        hook(&env, "pre", &fixture(&env, "codex/bash.pre.json"), &[]).code,
+        0
+    );
+    assert_eq!(
+        hook(&env, "post", &fixture(&env, "codex/bash.post.json"), &[]).code,
+        0
+    );
     let recs = records(&env);
     assert_eq!(recs.first().unwrap()["agent"], "codex");
     assert_eq!(recs.last().unwrap()["status"], "succeeded");
@@ -666,16 +697,29 @@ fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
 
     let env = TestEnv::init();
     let fifo = env.ws.join("pipe");
-    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
     let payload = format!(
         r#"{{"session_id":"s","cwd":"{ws}","hook_event_name":"PreToolUse","tool_name":"Write","tool_input":{{"file_path":"{ws}/pipe","content":"x"}},"tool_use_id":"t-fifo"}}"#,
         ws = env.ws.display()
     );
     let t = std::time::Instant::now();
     let r = hook(&env, "pre", payload.as_bytes(), &[]);
-    assert!(t.elapsed() < std::time::Duration::from_secs(2), "no hang on a FIFO");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "no hang on a FIFO"
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let post = payload.replace("PreToolUse", "PostToolUse");
     assert_eq!(hook(&env, "post", post.as_bytes(), &[]).code, 0);
-    assert!(records(&env).iter().all(|r| r["kind"] != "file_patch"), "a FIFO is never read or recorded as content");
+    assert!(
+        records(&env).iter().all(|r| r["kind"] != "file_patch"),
+        "a FIFO is never read or recorded as content"
+    );
 }

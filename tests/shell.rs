@@ -315,3 +315,62 @@ fn non_utf8_names_are_recorded_losslessly_and_never_collide() {
     assert!(decoded.contains(&b"name\xff".to_vec()) && decoded.contains(&b"name\xfe".to_vec()));
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
+
+#[test]
+fn a_change_seen_by_two_overlapping_shell_calls_names_both_and_is_recorded_once() {
+    let env = TestEnv::init();
+    env.write("base.txt", b"base\n");
+    assert_eq!(
+        crate::hooks::hook(
+            &env,
+            "pre",
+            br#"{"session":"A","call":"a1","tool":"Bash"}"#,
+            &[]
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        crate::hooks::hook(
+            &env,
+            "pre",
+            br#"{"session":"B","call":"b1","tool":"Bash"}"#,
+            &[]
+        )
+        .code,
+        0
+    );
+    // Either command could have written this file: ckpt cannot tell.
+    env.write("who.txt", b"one of them\n");
+    assert_eq!(
+        crate::hooks::hook(
+            &env,
+            "post",
+            br#"{"session":"A","call":"a1","status":"succeeded"}"#,
+            &[]
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        crate::hooks::hook(
+            &env,
+            "post",
+            br#"{"session":"B","call":"b1","status":"succeeded"}"#,
+            &[]
+        )
+        .code,
+        0
+    );
+    let patches: Vec<serde_json::Value> = records(&env)
+        .into_iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .collect();
+    assert_eq!(patches.len(), 1, "recorded once: {patches:#?}");
+    assert_eq!(patches[0]["path"], "who.txt");
+    assert_eq!(
+        patches[0]["candidates"],
+        serde_json::json!(["a1", "b1"]),
+        "every candidate call is named, none guessed"
+    );
+}
