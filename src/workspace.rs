@@ -98,8 +98,13 @@ pub struct Workspace {
 /// inside a git repository, else the nearest ancestor that holds
 /// `.agent-runtime/`, else `cwd` itself.
 pub fn discover(cwd: &Path) -> PathBuf {
-    if let Some(top) = crate::git::toplevel(cwd) {
-        return top;
+    // A plain walk up for `.git` (a directory, or a file for worktrees and
+    // submodules): hooks run this on every tool call, and opening the
+    // repository with libgit2 (config files, init) cost milliseconds.
+    for dir in cwd.ancestors() {
+        if std::fs::symlink_metadata(dir.join(".git")).is_ok() {
+            return dir.to_path_buf();
+        }
     }
     for dir in cwd.ancestors() {
         if dir.join(RUNTIME_DIR).is_dir() {
