@@ -220,7 +220,13 @@ fn user_edit_drafts(
     session: Option<&str>,
 ) -> Result<Vec<Draft>, WorkspaceError> {
     let mut drafts = Vec::new();
+    // A file another open call declared is being written by that call right
+    // now: its change is that call's, not the user's.
+    let busy = open_call_targets(ws);
     for (rel, af) in registry.iter_mut() {
+        if busy.contains(rel) {
+            continue;
+        }
         let now = stat_of(ws, rel);
         let same_stat = matches!(now, Some((size, m, c, ino)) if size == af.size && m == af.mtime_ns && c == af.ctime_ns && ino == af.ino);
         if same_stat || (now.is_none() && af.hash.is_none()) {
@@ -824,5 +830,25 @@ fn open_scan_calls(ws: &Workspace, me: &str) -> Vec<String> {
         }
     }
     out.sort();
+    out
+}
+
+/// The paths declared by calls whose pre has run and whose post has not.
+fn open_call_targets(ws: &Workspace) -> std::collections::HashSet<RelPath> {
+    let mut out = std::collections::HashSet::new();
+    let Ok(dir) = calls_dir(ws) else { return out };
+    let Ok(mut it) = rustix::fs::Dir::read_from(&dir) else {
+        return out;
+    };
+    while let Some(Ok(e)) = it.next() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(s) = name
+            .ends_with(".json")
+            .then(|| read_json::<CallState>(&dir, &name))
+            .flatten()
+        {
+            out.extend(s.targets.into_iter().map(|(p, _)| p));
+        }
+    }
     out
 }

@@ -723,3 +723,197 @@ fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
         "a FIFO is never read or recorded as content"
     );
 }
+
+#[test]
+fn a_user_edit_made_during_an_edit_call_is_told_apart_by_original_file() {
+    let env = TestEnv::new();
+    let pre = fixture(&env, "claude/edit.pre.json");
+    let post = fixture(&env, "claude/edit.post.json");
+    let post_ev = capture::parse(&post, Phase::Post, None).unwrap();
+    let Some(capture::OriginalFile::Text(original)) = post_ev.original_file.clone() else {
+        panic!()
+    };
+    let exp = post_ev.targets[0].expected.clone().unwrap();
+    // Before the call the file lacks the user's line; the user adds it while
+    // the agent works, and the tool's read (originalFile) includes it.
+    let before_pre = original.replacen("/// Adds two numbers.\n", "", 1);
+    assert_ne!(before_pre, original);
+    env.write("src/lib.rs", before_pre.as_bytes());
+    assert_eq!(hook(&env, "pre", &pre, &[]).code, 0);
+    let after = capture::apply_expected(&original, &exp).unwrap();
+    env.write("src/lib.rs", after.as_bytes());
+    let r = hook(&env, "post", &post, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let recs = records(&env);
+    let ue = recs
+        .iter()
+        .find(|r| r["kind"] == "user_edit")
+        .expect("the user's edit is recorded");
+    assert_eq!(ue["before_hash"], sha(before_pre.as_bytes()));
+    assert_eq!(ue["after_hash"], sha(original.as_bytes()));
+    let p = recs.iter().find(|r| r["kind"] == "file_patch").unwrap();
+    assert_eq!(
+        p["before_hash"],
+        sha(original.as_bytes()),
+        "the agent's patch starts from what the tool read"
+    );
+    assert_eq!(p["after_hash"], sha(after.as_bytes()));
+    git_apply_reproduces(&env, p, Some(&original), Some(&after), "agent part only");
+
+    // An originalFile that the tool input does not turn into the bytes on disk
+    // is not trusted: ckpt's own snapshot is the before, with a warning.
+    let env = TestEnv::new();
+    let pre = fixture(&env, "claude/edit.pre.json");
+    let post = fixture(&env, "claude/edit.post.json");
+    env.write("src/lib.rs", before_pre.as_bytes());
+    let r = hook(&env, "pre", &pre, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    env.write("src/lib.rs", b"something else entirely\n");
+    let r = hook(&env, "post", &post, &[]);
+    assert_eq!(r.code, 0);
+    assert!(r.stderr.contains("originalFile"), "{}", r.stderr);
+    let p = records(&env)
+        .into_iter()
+        .find(|r| r["kind"] == "file_patch")
+        .unwrap();
+    assert_eq!(p["before_hash"], sha(before_pre.as_bytes()));
+}
+
+#[test]
+fn four_sessions_hooking_at_once_lose_nothing() {
+    const SESSIONS: usize = 4;
+    const CALLS: usize = 15;
+    let env = TestEnv::init();
+    for s in 0..SESSIONS {
+        for c in 0..CALLS {
+            env.write(
+                &format!("s{s}/f{c}.txt"),
+                format!("session {s} file {c}\n").as_bytes(),
+            );
+        }
+    }
+    let ws = env.ws.clone();
+    let threads: Vec<_> = (0..SESSIONS)
+        .map(|s| {
+            let ws = ws.clone();
+            let home = env.home.clone();
+            std::thread::spawn(move || {
+                for c in 0..CALLS {
+                    let payload = |event: &str| {
+                        serde_json::json!({
+                            "session_id": format!("sess{s}"), "cwd": ws, "hook_event_name": event,
+                            "tool_name": "Write", "tool_use_id": format!("t{s}-{c}"),
+                            "tool_input": {"file_path": ws.join(format!("s{s}/f{c}.txt")), "content": format!("new {s} {c}\n")},
+                        })
+                        .to_string()
+                    };
+                    for (phase, event) in [("pre", "PreToolUse"), ("post", "PostToolUse")] {
+                        if phase == "post" {
+                            std::fs::write(ws.join(format!("s{s}/f{c}.txt")), format!("new {s} {c}\n")).unwrap();
+                        }
+                        let mut child = std::process::Command::new(crate::common::bin())
+                            .args(["hook", phase])
+                            .env_clear()
+                            .env("HOME", &home)
+                            .env("CKPT_WORKSPACE", &ws)
+                            .stdin(Stdio::piped())
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::piped())
+                            .spawn()
+                            .unwrap();
+                        child.stdin.take().unwrap().write_all(payload(event).as_bytes()).unwrap();
+                        let out = child.wait_with_output().unwrap();
+                        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let recs = records(&env);
+    let patches: Vec<_> = recs.iter().filter(|r| r["kind"] == "file_patch").collect();
+    assert_eq!(patches.len(), SESSIONS * CALLS, "one patch per call");
+    for p in &patches {
+        let call = p["call"].as_str().unwrap();
+        let (s, c) = call[1..].split_once('-').unwrap();
+        assert_eq!(
+            p["path"],
+            format!("s{s}/f{c}.txt"),
+            "each patch belongs to its own call"
+        );
+        assert_eq!(p["session"], format!("sess{s}"));
+        assert_eq!(p["after_hash"], sha(format!("new {s} {c}\n").as_bytes()));
+    }
+    assert!(
+        recs.iter().all(|r| r["kind"] != "user_edit"),
+        "no call's write is mistaken for the user's"
+    );
+    assert_eq!(
+        recs.iter().filter(|r| r["status"] == "succeeded").count(),
+        SESSIONS * CALLS
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}
+
+#[test]
+fn a_file_another_open_call_is_writing_is_not_reported_as_a_user_edit() {
+    let env = TestEnv::init();
+    env.write("shared.txt", b"v0\n");
+    let call = |id: &str, content: &str, event: &str| {
+        serde_json::json!({"session_id": "A", "cwd": env.ws, "hook_event_name": event, "tool_name": "Write",
+            "tool_use_id": id, "tool_input": {"file_path": env.ws.join("shared.txt"), "content": content}})
+        .to_string()
+    };
+    // Session A writes shared.txt once (the registry now knows it as A's).
+    assert_eq!(
+        hook(
+            &env,
+            "pre",
+            call("a1", "v1\n", "PreToolUse").as_bytes(),
+            &[]
+        )
+        .code,
+        0
+    );
+    env.write("shared.txt", b"v1\n");
+    assert_eq!(
+        hook(
+            &env,
+            "post",
+            call("a1", "v1\n", "PostToolUse").as_bytes(),
+            &[]
+        )
+        .code,
+        0
+    );
+    // A starts a second write; while its tool is writing, session B's hook runs.
+    assert_eq!(
+        hook(
+            &env,
+            "pre",
+            call("a2", "v2\n", "PreToolUse").as_bytes(),
+            &[]
+        )
+        .code,
+        0
+    );
+    env.write("shared.txt", b"v2\n");
+    let b = serde_json::json!({"session_id": "B", "cwd": env.ws, "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_use_id": "b1", "tool_input": {"command": "true"}}).to_string();
+    assert_eq!(hook(&env, "pre", b.as_bytes(), &[]).code, 0);
+    assert_eq!(
+        hook(
+            &env,
+            "post",
+            call("a2", "v2\n", "PostToolUse").as_bytes(),
+            &[]
+        )
+        .code,
+        0
+    );
+    let recs = records(&env);
+    assert!(recs.iter().all(|r| r["kind"] != "user_edit"), "{recs:#?}");
+    assert_eq!(recs.iter().filter(|r| r["kind"] == "file_patch").count(), 2);
+}
