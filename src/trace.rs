@@ -12,11 +12,32 @@ use crate::ids::Clock;
 pub const TRACE_FILE: &str = "trace.jsonl";
 const MAX_TRACE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The refusal log's name inside `.agent-runtime/` (RELIABILITY.md (d)).
+pub const ERRORS_FILE: &str = "errors.jsonl";
+
+/// Appends one refusal to `errors.jsonl` (`{"ts", "code", …fields}`), size-capped
+/// like the trace. Callers pass codes, sizes and hashes, never payload text,
+/// so nothing secret from a payload lands here. Never fails.
+pub fn error(rt: BorrowedFd<'_>, clock: &Clock, code: &str, fields: serde_json::Value) {
+    append(rt, ERRORS_FILE, clock, "code", code, fields);
+}
+
 /// Appends one event line (`{"ts", "event", …fields}`); never fails.
 pub fn event(rt: BorrowedFd<'_>, clock: &Clock, event: &str, fields: serde_json::Value) {
+    append(rt, TRACE_FILE, clock, "event", event, fields);
+}
+
+fn append(
+    rt: BorrowedFd<'_>,
+    file: &str,
+    clock: &Clock,
+    key: &str,
+    value: &str,
+    fields: serde_json::Value,
+) {
     let mut obj = serde_json::Map::new();
     obj.insert("ts".into(), clock.now_rfc3339().into());
-    obj.insert("event".into(), event.into());
+    obj.insert(key.into(), value.into());
     if let serde_json::Value::Object(m) = fields {
         obj.extend(m);
     }
@@ -26,7 +47,7 @@ pub fn event(rt: BorrowedFd<'_>, clock: &Clock, event: &str, fields: serde_json:
     line.push(b'\n');
     let Ok(fd) = rustix::fs::openat(
         rt,
-        TRACE_FILE,
+        file,
         OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     ) else {

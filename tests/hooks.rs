@@ -415,6 +415,18 @@ fn invalid_payloads_exit_1_and_record_nothing() {
                 r.stderr
             );
             assert!(records(&env).is_empty(), "{name}: nothing recorded");
+            let errors = std::fs::read_to_string(env.rt().join("errors.jsonl")).unwrap_or_default();
+            let last: serde_json::Value =
+                serde_json::from_str(errors.lines().last().expect("the refusal is logged"))
+                    .unwrap();
+            assert!(
+                last["code"].as_str().unwrap().starts_with("hook_input_"),
+                "{name}: {last}"
+            );
+            assert!(
+                last["sha256"].as_str().unwrap().starts_with("sha256:"),
+                "{name}: logged by hash, not content"
+            );
             n += 1;
         }
     }
@@ -464,6 +476,8 @@ fn refused_targets_block_in_block_mode_and_warn_in_warn_mode() {
         assert_eq!(r.stderr.lines().count(), 1, "{case}");
         assert!(r.stderr.contains("E_PATH_"), "{case}: {}", r.stderr);
         assert!(records(&env).is_empty(), "{case}");
+        let errors = std::fs::read_to_string(env.rt().join("errors.jsonl")).unwrap();
+        assert!(errors.contains("\"code\":\"E_PATH_"), "{case}: {errors}");
         std::fs::write(
             env.rt().join("config.toml"),
             "on_record_failure = \"warn\"\n",

@@ -7,6 +7,7 @@
 //! failed.
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -24,6 +25,18 @@ pub enum PhaseArg {
     PostFailure,
     Prompt,
     SessionStart,
+}
+
+impl PhaseArg {
+    fn name(self) -> &'static str {
+        match self {
+            PhaseArg::Pre => "pre",
+            PhaseArg::Post => "post",
+            PhaseArg::PostFailure => "post-failure",
+            PhaseArg::Prompt => "prompt",
+            PhaseArg::SessionStart => "session-start",
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -70,10 +83,30 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         None => None,
     };
     let timeout = Duration::from_millis(ctx.hook_stdin_timeout_ms);
-    let bytes =
-        read_stdin(timeout).map_err(|e| CommandError::new(ERROR, format!("ckpt hook: {e}")))?;
-    let ev = capture::parse(&bytes, phase, format)
-        .map_err(|e| CommandError::new(ERROR, format!("ckpt hook: {e}")))?;
+    let log_refusal = |code: &str, fields: serde_json::Value| {
+        // Only into a workspace that already exists: a refused payload creates nothing.
+        if let Ok(ws) = Workspace::open(&ctx.workspace, OpenOptions { clock: ctx.clock() }) {
+            ckpt::trace::error(ws.runtime_dir().as_fd(), ws.clock(), code, fields);
+        }
+    };
+    let bytes = match read_stdin(timeout) {
+        Ok(b) => b,
+        Err(e) => {
+            log_refusal(e.code(), serde_json::json!({"phase": args.phase.name()}));
+            return Err(CommandError::new(ERROR, format!("ckpt hook: {e}")));
+        }
+    };
+    let ev = match capture::parse(&bytes, phase, format) {
+        Ok(ev) => ev,
+        Err(e) => {
+            log_refusal(
+                e.code(),
+                serde_json::json!({"phase": args.phase.name(), "size": bytes.len(),
+                    "sha256": ckpt::ContentHash::of(&bytes).to_string()}),
+            );
+            return Err(CommandError::new(ERROR, format!("ckpt hook: {e}")));
+        }
+    };
 
     let root = if ctx.explicit_workspace {
         ctx.workspace.clone()
@@ -118,7 +151,20 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         Ok(c) => c,
         Err(e) => return fail(e.to_string(), OnRecordFailure::Block),
     };
-    match ckpt::hook::run(&ws, &cfg, &ev) {
+    let result = ckpt::hook::run(&ws, &cfg, &ev);
+    if let Err(e) = &result {
+        let code = match e {
+            ckpt::hook::HookError::Path { source, .. } => source.code(),
+            ckpt::hook::HookError::Record(_) => "record_failed",
+        };
+        ckpt::trace::error(
+            ws.runtime_dir().as_fd(),
+            ws.clock(),
+            code,
+            serde_json::json!({"phase": args.phase.name(), "call": ev.call, "tool": ev.tool}),
+        );
+    }
+    match result {
         Ok(stats) => {
             for w in &stats.warnings {
                 super::ui::note(&format!("ckpt warning: {w}"));
