@@ -165,9 +165,9 @@ fn write_json<T: Serialize>(dir: &OwnedFd, name: &str, v: &T) -> Result<(), Work
     let bytes = serde_json::to_vec(v).map_err(|e| FsError::new("write", name, e.into()))?;
     // A cache of the ledger: atomic (never half-written), not worth an fsync.
     let was = crate::durability_off();
-    crate::set_durability(false);
+    crate::set_deferred(true);
     let r = fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false);
-    crate::set_durability(!was);
+    crate::set_deferred(was);
     r.map_err(|e| FsError::new("write", format!(".agent-runtime/state/{name}"), e).into())
 }
 
@@ -781,7 +781,7 @@ struct BatchDurability<'w> {
 impl<'w> BatchDurability<'w> {
     fn start(ws: &'w Workspace) -> BatchDurability<'w> {
         let was_off = crate::durability_off();
-        crate::set_durability(false);
+        crate::set_deferred(true);
         fs_util::reset_deferred();
         BatchDurability {
             ws,
@@ -792,7 +792,7 @@ impl<'w> BatchDurability<'w> {
 
     fn finish(mut self) -> Result<(), WorkspaceError> {
         self.done = true;
-        crate::set_durability(!self.was_off);
+        crate::set_deferred(self.was_off);
         fs_util::sync_all_under(self.ws.runtime_dir().as_fd())
             .map_err(|e| FsError::new("sync", ".agent-runtime", e).into())
     }
@@ -801,7 +801,7 @@ impl<'w> BatchDurability<'w> {
 impl Drop for BatchDurability<'_> {
     fn drop(&mut self) {
         if !self.done {
-            crate::set_durability(!self.was_off);
+            crate::set_deferred(self.was_off);
             let _ = fs_util::sync_all_under(self.ws.runtime_dir().as_fd());
         }
     }

@@ -72,14 +72,29 @@ pub use verify::{Problem, VerifyReport};
 pub use workspace::{CheckpointOptions, InitStats, OpenOptions, Workspace, WorkspaceError};
 
 static DURABILITY_OFF: AtomicBool = AtomicBool::new(false);
+static TEST_NO_FSYNC: AtomicBool = AtomicBool::new(false);
 
 /// Turns fsync/fdatasync off for this process (tests only: `CKPT_TEST_FSYNC=0`,
 /// like git's `GIT_TEST_FSYNC=0`). A killed process does not lose the page
 /// cache, so process-crash tests stay meaningful; power-loss semantics do not.
 pub fn set_durability(on: bool) {
+    TEST_NO_FSYNC.store(!on, Ordering::Relaxed);
     DURABILITY_OFF.store(!on, Ordering::Relaxed);
+}
+
+/// Defers per-file syncs inside a batch (flushed by one syncfs at its end);
+/// unlike [`set_durability`], never a test switch.
+pub(crate) fn set_deferred(on: bool) {
+    DURABILITY_OFF.store(
+        on || TEST_NO_FSYNC.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
 }
 
 pub(crate) fn durability_off() -> bool {
     DURABILITY_OFF.load(Ordering::Relaxed)
+}
+
+pub(crate) fn test_no_fsync() -> bool {
+    TEST_NO_FSYNC.load(Ordering::Relaxed)
 }

@@ -309,13 +309,27 @@ fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
 }
 
 fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
-    // A cache: atomic (never half-written) but not synced; a lost snapshot only
-    // costs a re-read of the files it described.
-    let was_off = crate::durability_off();
-    crate::set_durability(false);
-    let r = fs_util::write_atomic(dir.as_fd(), name.as_ref(), &encode(s), 0o600, false);
-    crate::set_durability(!was_off);
-    r.map_err(|e| FsError::new("write", format!(".agent-runtime/index/{name}"), e).into())
+    // A cache, so not needed for recovery; but its data is synced here, by the
+    // shell hook that wrote it: left dirty, ext4 (data=ordered) would flush it
+    // inside the next hook's ledger fdatasync, making an Edit hook after a
+    // shell hook pay for megabytes of snapshot.
+    let err = |e: io::Error| FsError::new("write", format!(".agent-runtime/index/{name}"), e);
+    let bytes = encode(s);
+    let tmp = fs_util::temp_name(".ckpt-tmp-");
+    let mut f = fs_util::create_excl(dir.as_fd(), tmp.as_ref(), 0o600).map_err(err)?;
+    let written = std::io::Write::write_all(&mut f, &bytes).and_then(|()| {
+        if crate::test_no_fsync() {
+            Ok(())
+        } else {
+            f.sync_data()
+        }
+    });
+    drop(f);
+    if let Err(e) = written.and_then(|()| Ok(rustix::fs::renameat(dir, tmp.as_str(), dir, name)?)) {
+        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+        return Err(err(e).into());
+    }
+    Ok(())
 }
 
 /// Reads a path's content and stores it; returns the content hash.
