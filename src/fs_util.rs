@@ -25,7 +25,6 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::failpoint;
-use crate::hash::{ContentHash, Hasher};
 use crate::paths::RelPath;
 
 /// An I/O failure with the path and the operation it concerns.
@@ -471,13 +470,4 @@ pub fn open_regular_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
         )));
     }
     Ok(File::from(fd))
-}
-
-/// Reads all of `f` while hashing it; memory is bounded by the caller's `Vec`.
-pub fn read_hashing(f: &mut File) -> io::Result<(Vec<u8>, ContentHash)> {
-    let mut v = Vec::new();
-    f.read_to_end(&mut v)?;
-    let mut h = Hasher::new();
-    h.update(&v);
-    Ok((v, h.finish()))
 }

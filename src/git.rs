@@ -2,7 +2,7 @@
 //! reading HEAD, the branch and whether the tree is dirty. ckpt never writes to
 //! the user's index, HEAD, refs or object database.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::record::GitState;
 
@@ -13,16 +13,6 @@ pub fn init() {
     ONCE.call_once(|| {
         let _ = git2::Config::new();
     });
-}
-
-/// Returns the work tree top level of the git repository containing `dir`, if any.
-pub fn toplevel(dir: &Path) -> Option<PathBuf> {
-    let repo = git2::Repository::discover(dir).ok()?;
-    repo.workdir().map(|p| {
-        let s = p.to_path_buf();
-        // git2 reports the work dir with a trailing slash; normalise it away.
-        s.components().collect()
-    })
 }
 
 /// Reads HEAD, branch and dirtiness of the repository whose work tree is `root`.

@@ -137,6 +137,24 @@ struct AgentFile {
     call: String,
 }
 
+impl AgentFile {
+    /// What the registry keeps for `rel` now holding `state`, last written by `call`.
+    fn observed(ws: &Workspace, rel: &RelPath, state: &FileState, call: &str) -> AgentFile {
+        let (size, mtime_ns, ctime_ns, ino) = stat_of(ws, rel).unwrap_or_default();
+        let snap = Snap::from_state(state);
+        AgentFile {
+            hash: snap.hash,
+            mode: snap.mode,
+            symlink: snap.symlink,
+            size,
+            mtime_ns,
+            ctime_ns,
+            ino,
+            call: call.to_string(),
+        }
+    }
+}
+
 fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
     let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state")
         .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
@@ -246,17 +264,7 @@ fn user_edit_drafts(
                 }),
             ));
         }
-        let (size, mtime_ns, ctime_ns, ino) = now.unwrap_or_default();
-        *af = AgentFile {
-            hash: snap.hash,
-            mode: snap.mode,
-            symlink: snap.symlink,
-            size,
-            mtime_ns,
-            ctime_ns,
-            ino,
-            call: af.call.clone(),
-        };
+        *af = AgentFile::observed(ws, rel, &state, &af.call);
     }
     Ok(drafts)
 }
@@ -572,21 +580,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
             patches += 1;
         }
         if after != b {
-            let (size, mtime_ns, ctime_ns, ino) = stat_of(ws, rel).unwrap_or_default();
-            let snap = Snap::from_state(&after);
-            reg.insert(
-                rel.clone(),
-                AgentFile {
-                    hash: snap.hash,
-                    mode: snap.mode,
-                    symlink: snap.symlink,
-                    size,
-                    mtime_ns,
-                    ctime_ns,
-                    ino,
-                    call: call.clone(),
-                },
-            );
+            reg.insert(rel.clone(), AgentFile::observed(ws, rel, &after, &call));
         }
     }
     // Calls that name no file: compare the workspace with the call's pre snapshot.
@@ -633,12 +627,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                         if let Some(from) = &ch.from {
                             reg.remove(from);
                         }
-                        let (size, mtime_ns, ctime_ns, ino) = stat_of(ws, &ch.path).unwrap_or_default();
-                        let snap = Snap::from_state(&ch.after);
-                        reg.insert(
-                            ch.path.clone(),
-                            AgentFile { hash: snap.hash, mode: snap.mode, symlink: snap.symlink, size, mtime_ns, ctime_ns, ino, call: call.clone() },
-                        );
+                        reg.insert(ch.path.clone(), AgentFile::observed(ws, &ch.path, &ch.after, &call));
                     }
                 }
             }
@@ -807,9 +796,8 @@ impl Drop for BatchDurability<'_> {
     }
 }
 
-/// The ids of shell (scan) calls other than `me` whose pre has run and whose
-/// post has not.
-fn open_scan_calls(ws: &Workspace, me: &str) -> Vec<String> {
+/// The state of every call whose pre has run and whose post has not.
+fn open_calls(ws: &Workspace) -> Vec<CallState> {
     let Ok(dir) = calls_dir(ws) else {
         return Vec::new();
     };
@@ -819,36 +807,30 @@ fn open_scan_calls(ws: &Workspace, me: &str) -> Vec<String> {
     let mut out = Vec::new();
     while let Some(Ok(e)) = it.next() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".json") {
-            continue;
-        }
-        if let Some(s) = read_json::<CallState>(&dir, &name)
-            && s.scan
-            && s.call != me
+        if name.ends_with(".json")
+            && let Some(s) = read_json::<CallState>(&dir, &name)
         {
-            out.push(s.call);
+            out.push(s);
         }
     }
+    out
+}
+
+/// The ids of shell (scan) calls other than `me` that are open.
+fn open_scan_calls(ws: &Workspace, me: &str) -> Vec<String> {
+    let mut out: Vec<String> = open_calls(ws)
+        .into_iter()
+        .filter(|s| s.scan && s.call != me)
+        .map(|s| s.call)
+        .collect();
     out.sort();
     out
 }
 
-/// The paths declared by calls whose pre has run and whose post has not.
+/// The paths declared by open calls.
 fn open_call_targets(ws: &Workspace) -> std::collections::HashSet<RelPath> {
-    let mut out = std::collections::HashSet::new();
-    let Ok(dir) = calls_dir(ws) else { return out };
-    let Ok(mut it) = rustix::fs::Dir::read_from(&dir) else {
-        return out;
-    };
-    while let Some(Ok(e)) = it.next() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(s) = name
-            .ends_with(".json")
-            .then(|| read_json::<CallState>(&dir, &name))
-            .flatten()
-        {
-            out.extend(s.targets.into_iter().map(|(p, _)| p));
-        }
-    }
-    out
+    open_calls(ws)
+        .into_iter()
+        .flat_map(|s| s.targets.into_iter().map(|(p, _)| p))
+        .collect()
 }

@@ -389,20 +389,6 @@ pub struct LedgerRead {
     pub corruption: Option<Corruption>,
 }
 
-impl LedgerRead {
-    /// Fails with [`LedgerError::Corrupt`] when the ledger is damaged before its tail.
-    pub fn require_intact(&self) -> Result<(), LedgerError> {
-        match &self.corruption {
-            Some(c) => Err(LedgerError::Corrupt {
-                seq: c.seq,
-                line: c.line,
-                problem: c.problem.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-}
-
 /// What one appended record got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Appended {

@@ -76,17 +76,7 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     }
     // The index line carries the mode when it is unchanged; without it `git
     // apply` would turn a symlink's patch into a regular file.
-    let zero = "0".repeat(40);
-    let old_id = before
-        .bytes
-        .map(crate::git::blob_id)
-        .unwrap_or_else(|| zero.clone());
-    let new_id = after.bytes.map(crate::git::blob_id).unwrap_or(zero);
-    let same_mode = match (before.bytes, after.bytes, before.mode, after.mode) {
-        (Some(_), Some(_), Some(m1), Some(m2)) if m1 == m2 => format!(" {m1}"),
-        _ => String::new(),
-    };
-    out.extend_from_slice(format!("index {old_id}..{new_id}{same_mode}\n").as_bytes());
+    out.extend_from_slice(index_line(before, after).as_bytes());
     let old_lines: Vec<&[u8]> = old.split_inclusive(|&c| c == b'\n').collect();
     let new_lines: Vec<&[u8]> = new.split_inclusive(|&c| c == b'\n').collect();
     let diff = TextDiff::configure()
@@ -109,20 +99,26 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     out
 }
 
-/// Writes a `GIT binary patch` (literal forward and reverse hunks) with the full
-/// `index` line `git apply` requires for binary files.
-fn binary_patch(out: &mut Vec<u8>, before: Side<'_>, after: Side<'_>) {
-    let zero = "0".repeat(40);
-    let old_id = before
-        .bytes
-        .map(crate::git::blob_id)
-        .unwrap_or_else(|| zero.clone());
-    let new_id = after.bytes.map(crate::git::blob_id).unwrap_or(zero);
+/// The `index <old>..<new>[ <mode>]` line: full git blob ids (binary patches
+/// need them) and the mode when it is unchanged.
+fn index_line(before: Side<'_>, after: Side<'_>) -> String {
+    let id = |side: Side<'_>| {
+        side.bytes
+            .map(crate::git::blob_id)
+            .unwrap_or_else(|| "0".repeat(40))
+    };
     let mode = match (before.bytes, after.bytes, before.mode, after.mode) {
         (Some(_), Some(_), Some(m1), Some(m2)) if m1 == m2 => format!(" {m1}"),
         _ => String::new(),
     };
-    out.extend_from_slice(format!("index {old_id}..{new_id}{mode}\nGIT binary patch\n").as_bytes());
+    format!("index {}..{}{mode}\n", id(before), id(after))
+}
+
+/// Writes a `GIT binary patch` (literal forward and reverse hunks) with the full
+/// `index` line `git apply` requires for binary files.
+fn binary_patch(out: &mut Vec<u8>, before: Side<'_>, after: Side<'_>) {
+    out.extend_from_slice(index_line(before, after).as_bytes());
+    out.extend_from_slice(b"GIT binary patch\n");
     literal_hunk(out, after.bytes.unwrap_or(b""));
     out.push(b'\n');
     literal_hunk(out, before.bytes.unwrap_or(b""));
