@@ -49,6 +49,12 @@ pub fn hook(env: &TestEnv, phase: &str, payload: &[u8], extra_env: &[(&str, &str
     crate::common::run(child.wait_with_output().unwrap())
 }
 
+/// Runs a hook that must succeed.
+pub fn hook_ok(env: &TestEnv, phase: &str, payload: &[u8]) {
+    let r = hook(env, phase, payload, &[]);
+    assert_eq!(r.code, 0, "ckpt hook {phase} failed: {}", r.stderr);
+}
+
 fn records(env: &TestEnv) -> Vec<serde_json::Value> {
     if !env.ledger_path().exists() {
         return Vec::new();
@@ -517,25 +523,17 @@ fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
     let Some(Expected::Content(content)) = ev.targets[0].expected.clone() else {
         panic!()
     };
-    assert_eq!(hook(&env, "pre", &pre, &[]).code, 0);
+    hook_ok(&env, "pre", &pre);
     env.write("src/new.rs", content.as_bytes());
-    assert_eq!(
-        hook(
-            &env,
-            "post",
-            &fixture(&env, "claude/write_create.post.json"),
-            &[]
-        )
-        .code,
-        0
+    hook_ok(
+        &env,
+        "post",
+        &fixture(&env, "claude/write_create.post.json"),
     );
     // The user edits the agent's file, then the agent makes another call.
     let mine = format!("{content}// mine\n");
     env.write("src/new.rs", mine.as_bytes());
-    assert_eq!(
-        hook(&env, "pre", &fixture(&env, "claude/bash.pre.json"), &[]).code,
-        0
-    );
+    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
     let recs = records(&env);
     let ue: Vec<_> = recs.iter().filter(|r| r["kind"] == "user_edit").collect();
     assert_eq!(ue.len(), 1, "{recs:#?}");
@@ -548,15 +546,10 @@ fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
         assert!(ws.blobs().get(&h.parse().unwrap()).is_ok());
     }
     // Not reported twice.
-    assert_eq!(
-        hook(
-            &env,
-            "prompt",
-            &fixture(&env, "claude/user_prompt.prompt.json"),
-            &[]
-        )
-        .code,
-        0
+    hook_ok(
+        &env,
+        "prompt",
+        &fixture(&env, "claude/user_prompt.prompt.json"),
     );
     assert_eq!(
         records(&env)
@@ -570,25 +563,15 @@ fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
 #[test]
 fn prompts_and_session_starts_make_labelled_checkpoints() {
     let env = TestEnv::new();
-    assert_eq!(
-        hook(
-            &env,
-            "session-start",
-            &fixture(&env, "claude/startup.session-start.json"),
-            &[]
-        )
-        .code,
-        0
+    hook_ok(
+        &env,
+        "session-start",
+        &fixture(&env, "claude/startup.session-start.json"),
     );
-    assert_eq!(
-        hook(
-            &env,
-            "prompt",
-            &fixture(&env, "claude/user_prompt.prompt.json"),
-            &[]
-        )
-        .code,
-        0
+    hook_ok(
+        &env,
+        "prompt",
+        &fixture(&env, "claude/user_prompt.prompt.json"),
     );
     let recs = records(&env);
     assert_eq!(recs.len(), 2);
@@ -696,14 +679,8 @@ fn cursor_after_file_edit_reconstructs_the_before_by_reversing_the_edits() {
 #[test]
 fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
     let env = TestEnv::new();
-    assert_eq!(
-        hook(&env, "pre", &fixture(&env, "codex/bash.pre.json"), &[]).code,
-        0
-    );
-    assert_eq!(
-        hook(&env, "post", &fixture(&env, "codex/bash.post.json"), &[]).code,
-        0
-    );
+    hook_ok(&env, "pre", &fixture(&env, "codex/bash.pre.json"));
+    hook_ok(&env, "post", &fixture(&env, "codex/bash.post.json"));
     let recs = records(&env);
     assert_eq!(recs.first().unwrap()["agent"], "codex");
     assert_eq!(recs.last().unwrap()["status"], "succeeded");
@@ -731,7 +708,7 @@ fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let post = payload.replace("PreToolUse", "PostToolUse");
-    assert_eq!(hook(&env, "post", post.as_bytes(), &[]).code, 0);
+    hook_ok(&env, "post", post.as_bytes());
     assert!(
         records(&env).iter().all(|r| r["kind"] != "file_patch"),
         "a FIFO is never read or recorded as content"
@@ -753,7 +730,7 @@ fn a_user_edit_made_during_an_edit_call_is_told_apart_by_original_file() {
     let before_pre = original.replacen("/// Adds two numbers.\n", "", 1);
     assert_ne!(before_pre, original);
     env.write("src/lib.rs", before_pre.as_bytes());
-    assert_eq!(hook(&env, "pre", &pre, &[]).code, 0);
+    hook_ok(&env, "pre", &pre);
     let after = capture::apply_expected(&original, &exp).unwrap();
     env.write("src/lib.rs", after.as_bytes());
     let r = hook(&env, "post", &post, &[]);
@@ -881,52 +858,16 @@ fn a_file_another_open_call_is_writing_is_not_reported_as_a_user_edit() {
         .to_string()
     };
     // Session A writes shared.txt once (the registry now knows it as A's).
-    assert_eq!(
-        hook(
-            &env,
-            "pre",
-            call("a1", "v1\n", "PreToolUse").as_bytes(),
-            &[]
-        )
-        .code,
-        0
-    );
+    hook_ok(&env, "pre", call("a1", "v1\n", "PreToolUse").as_bytes());
     env.write("shared.txt", b"v1\n");
-    assert_eq!(
-        hook(
-            &env,
-            "post",
-            call("a1", "v1\n", "PostToolUse").as_bytes(),
-            &[]
-        )
-        .code,
-        0
-    );
+    hook_ok(&env, "post", call("a1", "v1\n", "PostToolUse").as_bytes());
     // A starts a second write; while its tool is writing, session B's hook runs.
-    assert_eq!(
-        hook(
-            &env,
-            "pre",
-            call("a2", "v2\n", "PreToolUse").as_bytes(),
-            &[]
-        )
-        .code,
-        0
-    );
+    hook_ok(&env, "pre", call("a2", "v2\n", "PreToolUse").as_bytes());
     env.write("shared.txt", b"v2\n");
     let b = serde_json::json!({"session_id": "B", "cwd": env.ws, "hook_event_name": "PreToolUse", "tool_name": "Bash",
         "tool_use_id": "b1", "tool_input": {"command": "true"}}).to_string();
-    assert_eq!(hook(&env, "pre", b.as_bytes(), &[]).code, 0);
-    assert_eq!(
-        hook(
-            &env,
-            "post",
-            call("a2", "v2\n", "PostToolUse").as_bytes(),
-            &[]
-        )
-        .code,
-        0
-    );
+    hook_ok(&env, "pre", b.as_bytes());
+    hook_ok(&env, "post", call("a2", "v2\n", "PostToolUse").as_bytes());
     let recs = records(&env);
     assert!(recs.iter().all(|r| r["kind"] != "user_edit"), "{recs:#?}");
     assert_eq!(recs.iter().filter(|r| r["kind"] == "file_patch").count(), 2);

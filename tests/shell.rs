@@ -234,32 +234,22 @@ fn an_edit_recorded_by_another_session_during_a_shell_call_is_not_claimed_twice(
     env.write("shared.txt", b"v1\n");
     // Session A starts a shell call.
     let pre_a = br#"{"session":"A","call":"a1","tool":"Bash"}"#;
-    assert_eq!(crate::hooks::hook(&env, "pre", pre_a, &[]).code, 0);
+    crate::hooks::hook_ok(&env, "pre", pre_a);
     // Session B edits shared.txt through an edit tool, fully recorded.
     let pre_b = br#"{"session":"B","call":"b1","tool":"Write","paths":["shared.txt"]}"#;
-    assert_eq!(crate::hooks::hook(&env, "pre", pre_b, &[]).code, 0);
+    crate::hooks::hook_ok(&env, "pre", pre_b);
     env.write("shared.txt", b"v2 by B\n");
-    assert_eq!(
-        crate::hooks::hook(
-            &env,
-            "post",
-            br#"{"session":"B","call":"b1","status":"succeeded"}"#,
-            &[]
-        )
-        .code,
-        0
+    crate::hooks::hook_ok(
+        &env,
+        "post",
+        br#"{"session":"B","call":"b1","status":"succeeded"}"#,
     );
     // A's command writes its own file; then A ends.
     env.write("a-out.txt", b"from A\n");
-    assert_eq!(
-        crate::hooks::hook(
-            &env,
-            "post",
-            br#"{"session":"A","call":"a1","status":"succeeded"}"#,
-            &[]
-        )
-        .code,
-        0
+    crate::hooks::hook_ok(
+        &env,
+        "post",
+        br#"{"session":"A","call":"a1","status":"succeeded"}"#,
     );
     let patches: Vec<(String, String)> = records(&env)
         .iter()
@@ -320,47 +310,19 @@ fn non_utf8_names_are_recorded_losslessly_and_never_collide() {
 fn a_change_seen_by_two_overlapping_shell_calls_names_both_and_is_recorded_once() {
     let env = TestEnv::init();
     env.write("base.txt", b"base\n");
-    assert_eq!(
-        crate::hooks::hook(
-            &env,
-            "pre",
-            br#"{"session":"A","call":"a1","tool":"Bash"}"#,
-            &[]
-        )
-        .code,
-        0
-    );
-    assert_eq!(
-        crate::hooks::hook(
-            &env,
-            "pre",
-            br#"{"session":"B","call":"b1","tool":"Bash"}"#,
-            &[]
-        )
-        .code,
-        0
-    );
+    crate::hooks::hook_ok(&env, "pre", br#"{"session":"A","call":"a1","tool":"Bash"}"#);
+    crate::hooks::hook_ok(&env, "pre", br#"{"session":"B","call":"b1","tool":"Bash"}"#);
     // Either command could have written this file: ckpt cannot tell.
     env.write("who.txt", b"one of them\n");
-    assert_eq!(
-        crate::hooks::hook(
-            &env,
-            "post",
-            br#"{"session":"A","call":"a1","status":"succeeded"}"#,
-            &[]
-        )
-        .code,
-        0
+    crate::hooks::hook_ok(
+        &env,
+        "post",
+        br#"{"session":"A","call":"a1","status":"succeeded"}"#,
     );
-    assert_eq!(
-        crate::hooks::hook(
-            &env,
-            "post",
-            br#"{"session":"B","call":"b1","status":"succeeded"}"#,
-            &[]
-        )
-        .code,
-        0
+    crate::hooks::hook_ok(
+        &env,
+        "post",
+        br#"{"session":"B","call":"b1","status":"succeeded"}"#,
     );
     let patches: Vec<serde_json::Value> = records(&env)
         .into_iter()
