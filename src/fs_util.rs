@@ -137,6 +137,21 @@ pub fn sync_data(f: &File) -> io::Result<()> {
     f.sync_data()
 }
 
+/// Opens (creating, mode 0600) the lock file `dir/name` and takes an exclusive
+/// `flock` on it, waiting for other holders; the lock lasts as long as the file.
+pub fn lock_exclusive(dir: BorrowedFd<'_>, name: &str, shown: &str) -> Result<File, FsError> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| FsError::new("open", shown, e.into()))?;
+    let f = File::from(fd);
+    f.lock().map_err(|e| FsError::new("lock", shown, e))?;
+    Ok(f)
+}
+
 /// Opens a directory entry of `dir` as a directory, refusing symlinks.
 pub fn open_dir(dir: BorrowedFd<'_>, name: impl AsRef<Path>) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(

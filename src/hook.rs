@@ -196,19 +196,8 @@ struct StateLock {
 
 impl StateLock {
     fn take(dir: &OwnedFd) -> Result<StateLock, WorkspaceError> {
-        let fd = rustix::fs::openat(
-            dir,
-            "state.lock",
-            rustix::fs::OFlags::RDWR
-                | rustix::fs::OFlags::CREATE
-                | rustix::fs::OFlags::NOFOLLOW
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| FsError::new("open", ".agent-runtime/state/state.lock", e.into()))?;
-        let f = std::fs::File::from(fd);
-        f.lock()
-            .map_err(|e| FsError::new("lock", ".agent-runtime/state/state.lock", e))?;
+        let f =
+            fs_util::lock_exclusive(dir.as_fd(), "state.lock", ".agent-runtime/state/state.lock")?;
         Ok(StateLock { _file: f })
     }
 }
@@ -267,6 +256,42 @@ fn user_edit_drafts(
         *af = AgentFile::observed(ws, rel, &state, &af.call);
     }
     Ok(drafts)
+}
+
+/// Records, as `user_edit`s, the files the agent last wrote that changed since
+/// (their new content stored first). Returns how many.
+pub(crate) fn flush_user_edits(
+    ws: &Workspace,
+    session: Option<&str>,
+) -> Result<usize, WorkspaceError> {
+    let dir = state_dir(ws)?;
+    let _g = StateLock::take(&dir)?;
+    let mut reg = load_registry(&dir);
+    let d = user_edit_drafts(ws, &mut reg, session)?;
+    if !d.is_empty() {
+        ws.ledger().lock()?.append(&d)?;
+        save_registry(&dir, &reg)?;
+    }
+    Ok(d.len())
+}
+
+/// After an action wrote `files`, the registry describes what it left, so
+/// the next hook does not take ckpt's own writes for the user's.
+pub(crate) fn note_written(
+    ws: &Workspace,
+    files: &[(RelPath, FileState)],
+    by: &str,
+) -> Result<(), WorkspaceError> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let dir = state_dir(ws)?;
+    let _g = StateLock::take(&dir)?;
+    let mut reg = load_registry(&dir);
+    for (rel, state) in files {
+        reg.insert(rel.clone(), AgentFile::observed(ws, rel, state, by));
+    }
+    save_registry(&dir, &reg)
 }
 
 fn load_registry(dir: &OwnedFd) -> BTreeMap<RelPath, AgentFile> {
@@ -354,23 +379,10 @@ fn checkpoint(
     ev: &HookEvent,
     label: Option<String>,
 ) -> Result<HookStats, HookError> {
-    let mut stats = HookStats::default();
-    let dir = state_dir(ws)?;
-    let edits = {
-        let _g = StateLock::take(&dir)?;
-        let mut reg = load_registry(&dir);
-        let d = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
-        if !d.is_empty() {
-            ws.ledger()
-                .lock()
-                .map_err(WorkspaceError::from)?
-                .append(&d)
-                .map_err(WorkspaceError::from)?;
-            save_registry(&dir, &reg)?;
-        }
-        d.len()
+    let mut stats = HookStats {
+        user_edits: flush_user_edits(ws, ev.session.as_deref())?,
+        ..Default::default()
     };
-    stats.user_edits = edits;
     let extra = ev
         .transcript_path
         .as_ref()
@@ -761,14 +773,14 @@ fn reconstruct_before(
 /// Defers per-file syncs while many files are stored; `finish` flushes them all
 /// with one `syncfs`. Dropped without `finish` (an error path), it restores
 /// per-file syncing and flushes anyway.
-struct BatchDurability<'w> {
+pub(crate) struct BatchDurability<'w> {
     ws: &'w Workspace,
     was_off: bool,
     done: bool,
 }
 
 impl<'w> BatchDurability<'w> {
-    fn start(ws: &'w Workspace) -> BatchDurability<'w> {
+    pub(crate) fn start(ws: &'w Workspace) -> BatchDurability<'w> {
         let was_off = crate::durability_off();
         crate::set_deferred(true);
         fs_util::reset_deferred();
@@ -779,7 +791,7 @@ impl<'w> BatchDurability<'w> {
         }
     }
 
-    fn finish(mut self) -> Result<(), WorkspaceError> {
+    pub(crate) fn finish(mut self) -> Result<(), WorkspaceError> {
         self.done = true;
         crate::set_deferred(self.was_off);
         fs_util::sync_all_under(self.ws.runtime_dir().as_fd())

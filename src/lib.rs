@@ -46,6 +46,7 @@ pub mod call;
 pub mod capture;
 pub mod checkpoint;
 pub mod config;
+pub mod conflict;
 pub mod failpoint;
 pub mod fs_util;
 pub mod git;
@@ -57,10 +58,12 @@ pub mod merge;
 pub mod patch;
 pub mod paths;
 pub mod record;
+pub mod rollback;
 pub mod scan;
 pub mod trace;
 pub mod verify;
 pub mod workspace;
+pub mod writeback;
 
 pub use call::{CallHandle, CallOptions, CallStats, FileState};
 pub use hash::ContentHash;
@@ -70,6 +73,22 @@ pub use paths::{PathError, RelPath};
 pub use record::{Body, CallStatus, Draft, Record};
 pub use verify::{Problem, VerifyReport};
 pub use workspace::{CheckpointOptions, InitStats, OpenOptions, Workspace, WorkspaceError};
+
+/// Flattens an error and its sources into one line (what every message of
+/// ckpt is: what happened and what to do, on one line).
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s.replace('\n', " ")
+}
 
 static DURABILITY_OFF: AtomicBool = AtomicBool::new(false);
 static TEST_NO_FSYNC: AtomicBool = AtomicBool::new(false);

@@ -238,6 +238,38 @@ pub fn undo_patch(before: &[u8], after: &[u8], current: &[u8]) -> Result<MergeOu
     )
 }
 
+/// Undoes the agent patch `before → after` in `current`, taking the agent's
+/// `before` side wherever the user's edits overlap (`git merge-file --theirs`):
+/// what `ckpt resolve --apply-agent` writes for a text conflict. User edits
+/// outside the overlapping hunks are kept. `None` when a version is binary.
+pub fn undo_patch_preferring_before(
+    before: &[u8],
+    after: &[u8],
+    current: &[u8],
+) -> Result<Option<Vec<u8>>, MergeError> {
+    match undo_patch(before, after, current)? {
+        MergeOutcome::Clean(out) => return Ok(Some(out)),
+        MergeOutcome::Binary => return Ok(None),
+        MergeOutcome::Conflict { .. } => {}
+    }
+    if before.is_empty() {
+        // The agent's change is then the whole file, so every user edit
+        // overlaps it; answering here also keeps an empty result from coming
+        // back as a NULL buffer (see `merge3`).
+        return Ok(Some(Vec::new()));
+    }
+    init_libgit2();
+    let mut opts = git2::MergeFileOptions::new();
+    opts.favor(git2::FileFavor::Theirs);
+    let [mut anc_in, mut ours_in, mut theirs_in] = [(); 3].map(|()| git2::MergeFileInput::new());
+    anc_in.content(after);
+    ours_in.content(current);
+    theirs_in.content(before);
+    let result = git2::merge_file(&anc_in, &ours_in, &theirs_in, Some(&mut opts))
+        .map_err(MergeError::Engine)?;
+    Ok(Some(result.content().to_vec()))
+}
+
 /// Initialises libgit2 once per process.
 ///
 /// `git2::merge_file` (git2 0.21) does not call `git_libgit2_init` itself, and until that

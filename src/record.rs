@@ -487,6 +487,26 @@ pub struct ConflictRecord {
     pub current_ref: Option<ContentHash>,
     /// How it was settled.
     pub resolution: Resolution,
+    /// Why the undo could not be merged (`overlap`, `binary_changed`,
+    /// `deleted_by_user`, `created_then_edited`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The agent patches the conflict holds back, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<String>,
+    /// git-style modes of base, agent and current (`None`: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_mode: Option<String>,
+    /// Mode the agent left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<String>,
+    /// Mode now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_mode: Option<String>,
+    /// At a resolution: the action that wrote the file (`apply_agent`,
+    /// `--manual`), when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
 }
 
 /// `repair`: a torn tail was backed up and cut off before this record.

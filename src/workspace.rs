@@ -64,6 +64,9 @@ pub enum WorkspaceError {
         "`{0}` is not a checkpoint, call, patch, action or conflict id in this workspace; run `ckpt log` to see them"
     )]
     UnknownId(String),
+    /// A request ckpt will not carry out, with what to do instead.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Options for opening a workspace.

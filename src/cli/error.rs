@@ -44,17 +44,7 @@ impl fmt::Display for CommandError {
 
 /// Flattens an error and its sources into one line.
 pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s.replace('\n', " ")
+    ckpt::error_line(e)
 }
 
 impl From<ckpt::WorkspaceError> for CommandError {

@@ -2,6 +2,7 @@
 //! arguments, makes one library call and renders the result.
 
 mod checkpoint;
+mod conflicts;
 mod demo;
 mod diff;
 pub mod error;
@@ -10,6 +11,8 @@ mod hook;
 mod init;
 mod log;
 mod render;
+mod resolve;
+mod rollback;
 mod show;
 mod status;
 pub mod ui;
@@ -53,6 +56,12 @@ enum Command {
     Status(status::Args),
     /// The agent's changes only, as a unified diff
     Diff(diff::Args),
+    /// Undo the agent's changes, keeping everyone else's (three-way)
+    Rollback(rollback::Args),
+    /// List the conflicts rollbacks raised
+    Conflicts(conflicts::Args),
+    /// Settle a conflict: keep your file, apply the agent's undo, or merge by hand
+    Resolve(resolve::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
     Verify(verify::Args),
     /// Play a whole story in a scratch workspace and narrate it
@@ -116,7 +125,37 @@ impl Ctx {
         }
     }
 
+    /// Opens the workspace and first finishes a rollback a crash interrupted
+    /// (DESIGN §6: the next ckpt command finishes or reports it).
     pub fn open(&self) -> Result<Workspace, CommandError> {
+        let ws = self.open_read_only()?;
+        if let Some(f) = ckpt::rollback::finish_interrupted(&ws)? {
+            let left = f
+                .files
+                .iter()
+                .filter(|x| {
+                    !x.result.writes()
+                        && x.result != ckpt::rollback::FileResult::Unchanged
+                        && x.result != ckpt::rollback::FileResult::Conflict
+                })
+                .count();
+            ui::note(&format!(
+                "note: finished rollback {} that was interrupted ({} files{}); see `ckpt show {}`",
+                f.action,
+                f.files.len(),
+                if left > 0 {
+                    format!(", {left} left as they were")
+                } else {
+                    String::new()
+                },
+                f.action
+            ));
+        }
+        Ok(ws)
+    }
+
+    /// Opens the workspace without touching anything.
+    pub fn open_read_only(&self) -> Result<Workspace, CommandError> {
         Ok(Workspace::open(
             &self.workspace,
             OpenOptions {
@@ -183,6 +222,9 @@ pub fn main() -> i32 {
         Command::Show(a) => show::run(&mut ui, &ctx, a),
         Command::Status(a) => status::run(&mut ui, &ctx, a),
         Command::Diff(a) => diff::run(&mut ui, &ctx, a),
+        Command::Rollback(a) => rollback::run(&mut ui, &ctx, a),
+        Command::Conflicts(a) => conflicts::run(&mut ui, &ctx, a),
+        Command::Resolve(a) => resolve::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),

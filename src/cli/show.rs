@@ -123,5 +123,93 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         ui.line("")?;
         ui.diff(d)?;
     }
+    if kind == "conflict"
+        && let Some(c) =
+            ckpt::conflict::list(&found.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>())
+                .into_iter()
+                .find(|c| c.conflict == id)
+    {
+        show_conflict(ui, &ws, &c)?;
+    }
     Ok(OK)
+}
+
+/// The three-way view of a conflict: the agent's change, the user's changes
+/// since, and the undo merged with diff3 markers.
+fn show_conflict(
+    ui: &mut Ui,
+    ws: &ckpt::Workspace,
+    c: &ckpt::record::ConflictRecord,
+) -> Result<(), CommandError> {
+    use ckpt::patch::{Side, unified_diff};
+    let tw = ckpt::conflict::three_way(ws, c);
+    let path = c.path.as_bytes();
+    ui.line("")?;
+    ui.line(&format!(
+        "conflict on `{}`: {} (resolution: {})",
+        c.path,
+        ckpt::rollback::conflict_reason_text(c.reason.as_deref().unwrap_or("")),
+        ckpt::conflict::resolution_str(c.resolution)
+    ))?;
+    let side = |b: &Option<Vec<u8>>, m: &Option<String>| -> (Option<Vec<u8>>, Option<String>) {
+        (b.clone(), m.clone())
+    };
+    let (base, bm) = side(&tw.base, &c.base_mode);
+    let (agent, am) = side(&tw.agent, &c.agent_mode);
+    let (cur, cm) = side(&tw.current, &c.current_mode);
+    ui.line("")?;
+    ui.line("── the agent's change (before → agent) ──")?;
+    ui.diff(&unified_diff(
+        path,
+        Side {
+            bytes: base.as_deref(),
+            mode: bm.as_deref(),
+        },
+        Side {
+            bytes: agent.as_deref(),
+            mode: am.as_deref(),
+        },
+    ))?;
+    ui.line("── changes since the agent (agent → yours) ──")?;
+    ui.diff(&unified_diff(
+        path,
+        Side {
+            bytes: agent.as_deref(),
+            mode: am.as_deref(),
+        },
+        Side {
+            bytes: cur.as_deref(),
+            mode: cm.as_deref(),
+        },
+    ))?;
+    match (&base, &agent, &cur) {
+        (Some(b), Some(a), Some(now)) => match ckpt::conflict::three_way_merge(b, a, now) {
+            Ok(ckpt::merge::MergeOutcome::Conflict {
+                merged_with_markers,
+                hunks,
+            }) => {
+                ui.line(&format!(
+                    "── the undo merged into your file ({hunks} conflicting hunk{}) ──",
+                    if hunks == 1 { "" } else { "s" }
+                ))?;
+                ui.out().write_all(&merged_with_markers)?;
+                if !merged_with_markers.ends_with(b"\n") {
+                    ui.line("")?;
+                }
+            }
+            Ok(ckpt::merge::MergeOutcome::Clean(_)) => {
+                ui.line("── the undo now merges cleanly into your file: `ckpt resolve … --apply-agent` keeps all your edits ──")?;
+            }
+            Ok(ckpt::merge::MergeOutcome::Binary) => ui.line("── binary: no line merge ──")?,
+            Err(e) => ui.line(&format!("── no merge view: {e} ──"))?,
+        },
+        _ => ui.line("── no merge view: one side is absent ──")?,
+    }
+    if c.resolution == ckpt::record::Resolution::Pending {
+        ui.line(&format!(
+            "settle it: ckpt resolve {} --keep-user | --apply-agent | --manual",
+            c.conflict
+        ))?;
+    }
+    Ok(())
 }

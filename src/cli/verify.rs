@@ -5,7 +5,7 @@ use super::{Ctx, Ui};
 pub struct Args {}
 
 pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
-    let ws = ctx.open()?;
+    let ws = ctx.open_read_only()?;
     let report = ws.verify()?;
     if ui.json {
         ui.json(&serde_json::to_value(&report).map_err(|e| CommandError::new(1, e.to_string()))?)?;

@@ -1,0 +1,1171 @@
+//! `rollback_files` (DESIGN §6): undo the agent's patches, and only those.
+//!
+//! **Selection.** A selector picks agent patches (`source` other than
+//! `rollback` and `watch`): every one after a checkpoint, one call's, one
+//! session's, the last N calls that changed files; or, with `--action`, the
+//! patches an earlier rollback or resolve wrote (undoing them is a redo).
+//! `--path` narrows to matching paths.
+//!
+//! **Planning** (read-only). Patches are undone newest first on a virtual copy
+//! of the affected paths, each as a three-way merge: ancestor = the patch's
+//! after, ours = the path now, theirs = the patch's before
+//! ([`crate::merge::undo_patch`]). A path still holding what the agent left
+//! gets the before state back exactly (mode included); a path already holding
+//! the before state is left alone (so rolling back twice is a no-op); anything
+//! else is merged when it is text, or becomes a conflict: overlapping edits, a
+//! binary or oversized file changed since, a created file edited since, a
+//! deleted path re-created, a file deleted or replaced by a symlink, a patch
+//! that could belong to a call outside the selection. A path with a conflict is
+//! left exactly as it is, and older patches of that path wait with it.
+//!
+//! **Doing.** Before the first write: every content the plan overwrites or
+//! writes is in the blob store (synced), the `action` `started` record holds
+//! the plan, conflicts are recorded, and `state/pending_action` names the
+//! action. Each file is then written back by [`crate::writeback::replace`]
+//! (temp file, compare, rename). At the end one append records a `file_patch`
+//! (`source: "rollback"`, `call` = the action) per file written and the
+//! action's end. A crash in between is finished by [`finish_interrupted`],
+//! which every later command runs: each planned file is compared with its
+//! planned before and after state, so finishing twice changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::call::{self, FileState};
+use crate::config::Config;
+use crate::fs_util::{self, FsError};
+use crate::hash::ContentHash;
+use crate::merge::{self, MergeOutcome};
+use crate::paths::RelPath;
+use crate::record::{
+    ActionRecord, ActionStatus, ActionType, Body, ConflictRecord, Draft, FilePatch, PatchOp,
+    PatchSource, Record, Resolution, SYMLINK_MODE, file_mode_string,
+};
+use crate::workspace::{Workspace, WorkspaceError};
+use crate::writeback::{self, Observed, PathState, Written};
+
+/// Which patches a rollback undoes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// Every agent patch after this checkpoint.
+    To(String),
+    /// One call's patches.
+    Call(String),
+    /// One session's patches.
+    Session(String),
+    /// The last N calls that changed files.
+    Last(usize),
+    /// The patches an earlier action wrote (undoing a rollback or resolve).
+    Action(String),
+}
+
+impl Selector {
+    fn target(&self) -> Value {
+        match self {
+            Selector::To(c) => json!({"to": c}),
+            Selector::Call(c) => json!({"call": c}),
+            Selector::Session(s) => json!({"session": s}),
+            Selector::Last(n) => json!({"last": n}),
+            Selector::Action(a) => json!({"action": a}),
+        }
+    }
+}
+
+/// What to roll back, and how.
+#[derive(Debug, Clone)]
+pub struct RollbackOptions {
+    /// The selector.
+    pub selector: Selector,
+    /// Only paths matching one of these globs (or under one of these
+    /// directories); empty: every path.
+    pub paths: Vec<String>,
+    /// Plan only: write nothing at all.
+    pub dry_run: bool,
+}
+
+/// What became of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileResult {
+    /// The before state is back, byte for byte.
+    Restored,
+    /// The agent's change was taken out; later edits were kept.
+    Merged,
+    /// The file the agent created is gone.
+    Deleted,
+    /// The file the agent deleted is back.
+    Recreated,
+    /// Nothing to do: the path already holds the before state.
+    Unchanged,
+    /// Left as it is; a conflict record was raised.
+    Conflict,
+    /// Someone changed the file while the rollback ran: not written.
+    Raced,
+    /// Could not be written (the reason is in `note`); left as it was.
+    Failed,
+}
+
+impl FileResult {
+    /// Whether the plan writes the file.
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            FileResult::Restored | FileResult::Merged | FileResult::Deleted | FileResult::Recreated
+        )
+    }
+
+    /// The word the JSON output and the table use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileResult::Restored => "restored",
+            FileResult::Merged => "merged",
+            FileResult::Deleted => "deleted",
+            FileResult::Recreated => "recreated",
+            FileResult::Unchanged => "unchanged",
+            FileResult::Conflict => "conflict",
+            FileResult::Raced => "raced",
+            FileResult::Failed => "failed",
+        }
+    }
+}
+
+/// One file of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedFile {
+    /// The path.
+    pub path: RelPath,
+    /// What the plan does (and, after the run, what happened).
+    pub result: FileResult,
+    /// The state the plan was computed on.
+    pub from: PathState,
+    /// The state the plan leaves.
+    pub to: PathState,
+    /// The patches undone (or held back by a conflict), newest first.
+    pub patches: Vec<String>,
+    /// The conflict raised for this file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+    /// A short explanation (`kept your edits`, why it conflicts, an error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The result of a rollback (or of its dry run).
+#[derive(Debug, Clone)]
+pub struct RollbackReport {
+    /// The action id (made up, not recorded, on a dry run).
+    pub action: String,
+    /// Whether nothing was written.
+    pub dry_run: bool,
+    /// Every file the selected patches touched, by path.
+    pub files: Vec<PlannedFile>,
+    /// The conflicts raised.
+    pub conflicts: Vec<ConflictRecord>,
+    /// How many patches were selected.
+    pub patches: usize,
+}
+
+impl RollbackReport {
+    /// Whether a file failed or raced (the action ended `failed`).
+    pub fn incomplete(&self) -> bool {
+        self.files
+            .iter()
+            .any(|f| matches!(f.result, FileResult::Raced | FileResult::Failed))
+    }
+}
+
+/// Rolls back what `opts` selects (see the module doc).
+pub fn rollback(
+    ws: &Workspace,
+    cfg: &Config,
+    opts: &RollbackOptions,
+) -> Result<RollbackReport, WorkspaceError> {
+    if opts.dry_run {
+        let read = ws.read_ledger()?;
+        refuse_damaged(&read)?;
+        let id = ws.clock().new_id("act_");
+        return plan(ws, cfg, &read.records, opts, id);
+    }
+    let _lock = ActionLock::take(ws)?;
+    finish_interrupted_locked(ws)?;
+    crate::hook::flush_user_edits(ws, None)?;
+    let read = ws.read_ledger()?;
+    refuse_damaged(&read)?;
+    let id = ws.clock().new_id("act_");
+    let mut report = plan(ws, cfg, &read.records, opts, id)?;
+    run_plan(ws, &mut report, opts.selector.target())?;
+    Ok(report)
+}
+
+fn refuse_damaged(read: &crate::LedgerRead) -> Result<(), WorkspaceError> {
+    if let Some(c) = &read.corruption {
+        return Err(WorkspaceError::Refused(format!(
+            "the ledger is damaged at seq {} ({}); run `ckpt verify` — ckpt will not act on a damaged history",
+            c.seq, c.problem
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- selection
+
+/// The agent patches `sel` picks, oldest first, with their record's session.
+fn select<'r>(
+    records: &'r [Record],
+    sel: &Selector,
+) -> Result<(Vec<&'r FilePatch>, BTreeSet<String>), WorkspaceError> {
+    let patches: Vec<(&Record, &FilePatch)> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::FilePatch(p) => Some((r, p)),
+            _ => None,
+        })
+        .collect();
+    let agent = |p: &FilePatch| !matches!(p.source, PatchSource::Rollback | PatchSource::Watch);
+    let unknown = |id: &str| WorkspaceError::UnknownId(id.to_string());
+    // The calls in the selection: a patch whose candidate calls reach outside
+    // it cannot be undone without guessing.
+    let mut calls = BTreeSet::new();
+    let picked: Vec<&FilePatch> = match sel {
+        Selector::To(ck) => {
+            let upto = records
+                .iter()
+                .find_map(|r| match &r.body {
+                    Body::Checkpoint(c) if c.checkpoint == *ck => Some(c.upto_seq),
+                    _ => None,
+                })
+                .ok_or_else(|| unknown(ck))?;
+            let v: Vec<&FilePatch> = patches
+                .iter()
+                .filter(|(r, p)| r.seq > upto && agent(p))
+                .map(|(_, p)| *p)
+                .collect();
+            for r in records.iter().filter(|r| r.seq > upto) {
+                if let Body::ToolCall(c) = &r.body {
+                    calls.insert(c.call.clone());
+                }
+            }
+            for p in &v {
+                calls.insert(p.call.clone());
+            }
+            v
+        }
+        Selector::Call(c) => {
+            let known = records.iter().any(|r| match &r.body {
+                Body::ToolCall(t) => t.call == *c,
+                Body::FilePatch(p) => p.call == *c,
+                _ => false,
+            });
+            if !known {
+                return Err(unknown(c));
+            }
+            calls.insert(c.clone());
+            patches
+                .iter()
+                .filter(|(_, p)| p.call == *c && agent(p))
+                .map(|(_, p)| *p)
+                .collect()
+        }
+        Selector::Session(s) => {
+            if !records.iter().any(|r| r.session.as_deref() == Some(s)) {
+                return Err(WorkspaceError::Refused(format!(
+                    "no records of session `{s}` in this workspace; run `ckpt log` to see the sessions"
+                )));
+            }
+            for r in records.iter().filter(|r| r.session.as_deref() == Some(s)) {
+                if let Body::ToolCall(c) = &r.body {
+                    calls.insert(c.call.clone());
+                }
+            }
+            patches
+                .iter()
+                .filter(|(r, p)| r.session.as_deref() == Some(s) && agent(p))
+                .map(|(_, p)| *p)
+                .collect()
+        }
+        Selector::Last(n) => {
+            let mut order: Vec<&str> = Vec::new();
+            for (_, p) in patches.iter().rev().filter(|(_, p)| agent(p)) {
+                if !order.contains(&p.call.as_str()) {
+                    if order.len() == *n {
+                        break;
+                    }
+                    order.push(&p.call);
+                }
+            }
+            calls.extend(order.iter().map(|s| s.to_string()));
+            patches
+                .iter()
+                .filter(|(_, p)| agent(p) && order.contains(&p.call.as_str()))
+                .map(|(_, p)| *p)
+                .collect()
+        }
+        Selector::Action(a) => {
+            let known = records
+                .iter()
+                .any(|r| matches!(&r.body, Body::Action(x) if x.action == *a));
+            if !known {
+                return Err(unknown(a));
+            }
+            calls.insert(a.clone());
+            patches
+                .iter()
+                .filter(|(_, p)| p.call == *a && p.source == PatchSource::Rollback)
+                .map(|(_, p)| *p)
+                .collect()
+        }
+    };
+    Ok((picked, calls))
+}
+
+/// Compiled `--path` filters: a glob, or a path and everything under it.
+struct PathFilter(Vec<(globset::GlobMatcher, String)>);
+
+impl PathFilter {
+    fn new(pats: &[String]) -> Result<PathFilter, WorkspaceError> {
+        let mut v = Vec::new();
+        for p in pats {
+            let g = globset::Glob::new(p).map_err(|e| {
+                WorkspaceError::Refused(format!("`--path {p}` is not a valid glob: {e}"))
+            })?;
+            v.push((g.compile_matcher(), p.trim_end_matches('/').to_string()));
+        }
+        Ok(PathFilter(v))
+    }
+
+    fn matches(&self, rel: &RelPath) -> bool {
+        if self.0.is_empty() {
+            return true;
+        }
+        let s = rel.display();
+        self.0.iter().any(|(g, prefix)| {
+            g.is_match(s.as_ref())
+                || (s.len() > prefix.len()
+                    && s.starts_with(prefix.as_str())
+                    && s.as_bytes()[prefix.len()] == b'/')
+        })
+    }
+}
+
+// ---------------------------------------------------------------- planning
+
+#[derive(Clone)]
+enum Bytes {
+    Loaded(Rc<Vec<u8>>),
+    InStore,
+    TooLarge,
+}
+
+#[derive(Clone)]
+struct Virtual {
+    state: PathState,
+    bytes: Bytes,
+}
+
+#[derive(Default)]
+struct PathInfo {
+    patches: Vec<String>,
+    merged: bool,
+    conflict: Option<(&'static str, FilePatch)>,
+    failed: Option<String>,
+    note: Option<&'static str>,
+}
+
+enum Decision {
+    Set(Virtual, bool, Option<&'static str>),
+    Keep,
+    Conflict(&'static str),
+    Failed(String),
+}
+
+struct Planner<'w> {
+    ws: &'w Workspace,
+    merge_max: u64,
+    disk: HashMap<RelPath, Observed>,
+    cur: HashMap<RelPath, Virtual>,
+    info: BTreeMap<RelPath, PathInfo>,
+}
+
+fn side(hash: Option<ContentHash>, mode: &Option<String>) -> PathState {
+    PathState {
+        hash,
+        mode: hash.and(mode.clone()),
+        perm: None,
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Kind {
+    Absent,
+    File,
+    Symlink,
+    Other,
+}
+
+fn kind(s: &PathState) -> Kind {
+    match (&s.hash, s.mode.as_deref()) {
+        (None, None) => Kind::Absent,
+        (None, Some(_)) => Kind::Other,
+        (Some(_), Some(SYMLINK_MODE)) => Kind::Symlink,
+        (Some(_), _) => Kind::File,
+    }
+}
+
+/// Same content and kind (the exec bit aside).
+fn same_content(a: &PathState, b: &PathState) -> bool {
+    a.hash == b.hash && kind(a) == kind(b)
+}
+
+/// Permission bits for a file of git mode `mode`, starting from `base`'s bits
+/// (the file's own, when it exists): only the exec bits change.
+fn perm_for(mode: Option<&str>, base: Option<u32>) -> u32 {
+    let exec = mode == Some("100755");
+    match base {
+        Some(p) if (p & 0o111 != 0) == exec => p,
+        Some(p) if exec => p | ((p & 0o444) >> 2),
+        Some(p) => p & !0o111,
+        None if exec => 0o755,
+        None => 0o644,
+    }
+}
+
+pub(crate) fn file_state(
+    hash: Option<ContentHash>,
+    mode: Option<&str>,
+    perm: Option<u32>,
+) -> PathState {
+    match (hash, mode) {
+        (None, _) => PathState::absent(),
+        (Some(h), Some(SYMLINK_MODE)) => PathState {
+            hash: Some(h),
+            mode: Some(SYMLINK_MODE.to_string()),
+            perm: None,
+        },
+        (Some(h), m) => {
+            let p = perm_for(m, perm);
+            PathState {
+                hash: Some(h),
+                mode: Some(file_mode_string(p)),
+                perm: Some(p),
+            }
+        }
+    }
+}
+
+impl<'w> Planner<'w> {
+    fn load(&mut self, rel: &RelPath) -> Result<(), WorkspaceError> {
+        if self.disk.contains_key(rel) {
+            return Ok(());
+        }
+        let obs = match writeback::observe(self.ws, rel, self.merge_max) {
+            Ok(o) => o,
+            Err(e) => {
+                // An unsafe or unreadable path: never written, reported.
+                self.info.entry(rel.clone()).or_default().failed = Some(crate::error_line(&e));
+                Observed::unreadable()
+            }
+        };
+        let bytes = match &obs.bytes {
+            Some(b) => Bytes::Loaded(Rc::new(b.clone())),
+            None if obs.state.hash.is_some() => Bytes::TooLarge,
+            None => Bytes::InStore,
+        };
+        self.cur.insert(
+            rel.clone(),
+            Virtual {
+                state: obs.state.clone(),
+                bytes,
+            },
+        );
+        self.disk.insert(rel.clone(), obs);
+        Ok(())
+    }
+
+    fn bytes_of(&self, v: &Virtual) -> Result<Option<Rc<Vec<u8>>>, WorkspaceError> {
+        match (&v.bytes, &v.state.hash) {
+            (Bytes::Loaded(b), _) => Ok(Some(b.clone())),
+            (Bytes::TooLarge, _) | (_, None) => Ok(None),
+            (Bytes::InStore, Some(h)) => Ok(Some(Rc::new(self.ws.blobs().get(h)?))),
+        }
+    }
+
+    fn blob(&self, h: &Option<ContentHash>) -> Result<Result<Vec<u8>, String>, WorkspaceError> {
+        let Some(h) = h else {
+            return Ok(Ok(Vec::new()));
+        };
+        match self.ws.blobs().get(h) {
+            Ok(b) => Ok(Ok(b)),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+
+    fn decide(&self, p: &FilePatch, cur: &Virtual) -> Result<Decision, WorkspaceError> {
+        let after = side(p.after_hash, &p.after_mode);
+        let before = side(p.before_hash, &p.before_mode);
+        let c = &cur.state;
+        if same_content(c, &after) {
+            if before.hash.is_none() {
+                return Ok(Decision::Set(
+                    Virtual {
+                        state: PathState::absent(),
+                        bytes: Bytes::InStore,
+                    },
+                    false,
+                    None,
+                ));
+            }
+            let mode_kept = kind(&after) == Kind::File && c.mode != after.mode;
+            let state = if mode_kept {
+                // F46: the user changed the mode since; keep theirs.
+                PathState {
+                    hash: before.hash,
+                    mode: if kind(&before) == Kind::File {
+                        c.mode.clone()
+                    } else {
+                        before.mode.clone()
+                    },
+                    perm: if kind(&before) == Kind::File {
+                        c.perm
+                    } else {
+                        None
+                    },
+                }
+            } else {
+                file_state(before.hash, before.mode.as_deref(), c.perm)
+            };
+            return Ok(Decision::Set(
+                Virtual {
+                    state,
+                    bytes: Bytes::InStore,
+                },
+                false,
+                mode_kept.then_some("kept your mode change"),
+            ));
+        }
+        if same_content(c, &before) {
+            return Ok(Decision::Keep);
+        }
+        let reason = match (kind(c), kind(&before), kind(&after)) {
+            (Kind::Absent, _, _) => Some("deleted_by_user"),
+            (Kind::Other, _, _) => Some("not_a_file"),
+            (_, Kind::Absent, _) => Some("created_then_edited"),
+            (_, _, Kind::Absent) => Some("recreated_by_user"),
+            (Kind::Symlink, _, Kind::File) => Some("replaced_by_symlink"),
+            (Kind::File, _, Kind::Symlink) => Some("replaced_by_file"),
+            (Kind::Symlink, _, _) | (_, Kind::Symlink, _) => Some("symlink_changed"),
+            _ if p.binary => Some("binary_changed"),
+            _ => None,
+        };
+        if let Some(r) = reason {
+            return Ok(Decision::Conflict(r));
+        }
+        let Some(cur_b) = self.bytes_of(cur)? else {
+            return Ok(Decision::Conflict("too_large"));
+        };
+        let before_b = match self.blob(&before.hash)? {
+            Ok(b) => b,
+            Err(e) => {
+                return Ok(Decision::Failed(format!(
+                    "the agent's before state is not usable: {e}"
+                )));
+            }
+        };
+        let after_b = match self.blob(&after.hash)? {
+            Ok(b) => b,
+            Err(e) => {
+                return Ok(Decision::Failed(format!(
+                    "the agent's after state is not usable: {e}"
+                )));
+            }
+        };
+        if before_b.len() as u64 > self.merge_max || after_b.len() as u64 > self.merge_max {
+            return Ok(Decision::Conflict("too_large"));
+        }
+        match merge::undo_patch(&before_b, &after_b, &cur_b) {
+            Ok(MergeOutcome::Clean(out)) => {
+                let mode_kept = c.mode != after.mode;
+                let state = if mode_kept {
+                    PathState {
+                        hash: Some(ContentHash::of(&out)),
+                        mode: c.mode.clone(),
+                        perm: c.perm,
+                    }
+                } else {
+                    file_state(Some(ContentHash::of(&out)), before.mode.as_deref(), c.perm)
+                };
+                Ok(Decision::Set(
+                    Virtual {
+                        state,
+                        bytes: Bytes::Loaded(Rc::new(out)),
+                    },
+                    true,
+                    Some(if mode_kept {
+                        "kept your edits and your mode change"
+                    } else {
+                        "kept your edits"
+                    }),
+                ))
+            }
+            Ok(MergeOutcome::Conflict { .. }) => Ok(Decision::Conflict("overlap")),
+            Ok(MergeOutcome::Binary) => Ok(Decision::Conflict("binary_changed")),
+            Err(e) => Ok(Decision::Conflict(match e {
+                merge::MergeError::TooLarge { .. } => "too_large",
+                _ => "merge_failed",
+            })),
+        }
+    }
+
+    fn undo(&mut self, p: &FilePatch) -> Result<(), WorkspaceError> {
+        if p.op == PatchOp::Rename
+            && let Some(from) = &p.from_path
+        {
+            return self.undo_rename(p, from);
+        }
+        let rel = p.path.clone();
+        self.load(&rel)?;
+        let info = self.info.entry(rel.clone()).or_default();
+        info.patches.push(p.patch.clone());
+        if info.conflict.is_some() || info.failed.is_some() {
+            return Ok(());
+        }
+        let cur = self.cur[&rel].clone();
+        let d = self.decide(p, &cur)?;
+        self.apply_decision(&rel, p, d);
+        Ok(())
+    }
+
+    fn apply_decision(&mut self, rel: &RelPath, p: &FilePatch, d: Decision) {
+        let info = self.info.entry(rel.clone()).or_default();
+        match d {
+            Decision::Set(v, merged, note) => {
+                info.merged |= merged;
+                if note.is_some() {
+                    info.note = note;
+                }
+                self.cur.insert(rel.clone(), v);
+            }
+            Decision::Keep => {}
+            Decision::Conflict(reason) => info.conflict = Some((reason, p.clone())),
+            Decision::Failed(e) => info.failed = Some(e),
+        }
+    }
+
+    fn undo_rename(&mut self, p: &FilePatch, from: &RelPath) -> Result<(), WorkspaceError> {
+        let to = p.path.clone();
+        self.load(&to)?;
+        self.load(from)?;
+        for r in [&to, from] {
+            self.info
+                .entry(r.clone())
+                .or_default()
+                .patches
+                .push(p.patch.clone());
+        }
+        let blocked = [&to, from].iter().any(|r| {
+            let i = &self.info[*r];
+            i.conflict.is_some() || i.failed.is_some()
+        });
+        if blocked {
+            return Ok(());
+        }
+        let after = side(p.after_hash, &p.after_mode);
+        let before = side(p.before_hash, &p.before_mode);
+        let (cur_to, cur_from) = (self.cur[&to].state.clone(), self.cur[from].state.clone());
+        if same_content(&cur_to, &after) && kind(&cur_from) == Kind::Absent {
+            let state = file_state(before.hash, before.mode.as_deref(), cur_to.perm);
+            let moved = self.cur[&to].bytes.clone();
+            self.cur.insert(
+                to.clone(),
+                Virtual {
+                    state: PathState::absent(),
+                    bytes: Bytes::InStore,
+                },
+            );
+            let bytes = if before.hash == after.hash {
+                moved
+            } else {
+                Bytes::InStore
+            };
+            self.cur.insert(from.clone(), Virtual { state, bytes });
+            return Ok(());
+        }
+        if kind(&cur_to) == Kind::Absent && same_content(&cur_from, &before) {
+            return Ok(());
+        }
+        let reason = if kind(&cur_from) != Kind::Absent {
+            "rename_source_taken"
+        } else {
+            "renamed_then_changed"
+        };
+        self.info.get_mut(&to).expect("inserted above").conflict = Some((reason, p.clone()));
+        Ok(())
+    }
+}
+
+impl Observed {
+    fn unreadable() -> Observed {
+        // Treated as "something else is there": nothing will be written.
+        Observed::other_kind()
+    }
+}
+
+/// Plans the rollback (no writes); see the module doc.
+fn plan(
+    ws: &Workspace,
+    cfg: &Config,
+    records: &[Record],
+    opts: &RollbackOptions,
+    action: String,
+) -> Result<RollbackReport, WorkspaceError> {
+    let (picked, calls) = select(records, &opts.selector)?;
+    let filter = PathFilter::new(&opts.paths)?;
+    let picked: Vec<&FilePatch> = picked
+        .into_iter()
+        .filter(|p| {
+            filter.matches(&p.path) || p.from_path.as_ref().is_some_and(|f| filter.matches(f))
+        })
+        .collect();
+    let mut pl = Planner {
+        ws,
+        merge_max: cfg.merge_max_bytes,
+        disk: HashMap::new(),
+        cur: HashMap::new(),
+        info: BTreeMap::new(),
+    };
+    let all_selected = matches!(opts.selector, Selector::To(_));
+    for p in picked.iter().rev() {
+        let ambiguous = !all_selected && p.candidates.iter().any(|c| !calls.contains(c));
+        if ambiguous {
+            pl.load(&p.path)?;
+            let info = pl.info.entry(p.path.clone()).or_default();
+            info.patches.push(p.patch.clone());
+            if info.conflict.is_none() {
+                info.conflict = Some(("ambiguous_attribution", (*p).clone()));
+            }
+            continue;
+        }
+        pl.undo(p)?;
+    }
+    let mut files = Vec::new();
+    let mut conflicts = Vec::new();
+    for (rel, info) in &pl.info {
+        let orig = pl.disk[rel].state.clone();
+        let fin = pl.cur[rel].state.clone();
+        let (result, to, note) = if let Some(e) = &info.failed {
+            (FileResult::Failed, orig.clone(), Some(e.clone()))
+        } else if let Some((reason, p)) = &info.conflict {
+            let id = ws.clock().new_id("cf_");
+            conflicts.push(ConflictRecord {
+                conflict: id,
+                action: action.clone(),
+                path: rel.clone(),
+                expected_hash: p.after_hash,
+                actual_hash: orig.hash,
+                agent_patch_ref: p.patch_ref.clone(),
+                base_ref: p.before_hash,
+                agent_ref: p.after_hash,
+                current_ref: orig.hash,
+                resolution: Resolution::Pending,
+                reason: Some(reason.to_string()),
+                patches: info.patches.clone(),
+                base_mode: p.before_hash.and(p.before_mode.clone()),
+                agent_mode: p.after_hash.and(p.after_mode.clone()),
+                current_mode: orig.mode.clone(),
+                resolved_by: None,
+            });
+            (
+                FileResult::Conflict,
+                orig.clone(),
+                Some(conflict_reason_text(reason).to_string()),
+            )
+        } else if fin.same(&orig) {
+            (FileResult::Unchanged, orig.clone(), None)
+        } else if fin.hash.is_none() {
+            (FileResult::Deleted, fin, None)
+        } else if orig.hash.is_none() {
+            (FileResult::Recreated, fin, None)
+        } else if info.merged {
+            (FileResult::Merged, fin, info.note.map(str::to_string))
+        } else {
+            (FileResult::Restored, fin, info.note.map(str::to_string))
+        };
+        let conflict = conflicts
+            .last()
+            .filter(|c| result == FileResult::Conflict && c.path == *rel)
+            .map(|c| c.conflict.clone());
+        files.push(PlannedFile {
+            path: rel.clone(),
+            result,
+            from: orig,
+            to,
+            patches: info.patches.clone(),
+            conflict,
+            note,
+        });
+    }
+    // Merged contents are new: keep them for the write (stored at run time).
+    let mut report = RollbackReport {
+        action,
+        dry_run: opts.dry_run,
+        files,
+        conflicts,
+        patches: picked.len(),
+    };
+    if !opts.dry_run {
+        store_contents(ws, &pl, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// One line for a conflict's reason code.
+pub fn conflict_reason_text(reason: &str) -> &'static str {
+    match reason {
+        "overlap" => "your edits overlap the agent's change",
+        "binary_changed" => "binary file changed since the agent wrote it",
+        "too_large" => "file changed since and too large to merge",
+        "deleted_by_user" => "you deleted the file after the agent changed it",
+        "created_then_edited" => "the agent created this file and it was edited since",
+        "recreated_by_user" => "the agent deleted this path and it was re-created since",
+        "replaced_by_symlink" => "the file was replaced by a symlink since",
+        "replaced_by_file" => "the agent's symlink was replaced by a file since",
+        "symlink_changed" => "the symlink changed since the agent wrote it",
+        "not_a_file" => "a directory or special file is at this path now",
+        "renamed_then_changed" => "the file the agent renamed was changed or moved since",
+        "rename_source_taken" => "the agent renamed this file and its old path is taken now",
+        "ambiguous_attribution" => {
+            "this change may belong to a call outside the selection (calls overlapped)"
+        }
+        "merge_failed" => "the three-way merge could not run",
+        _ => "the undo could not be merged",
+    }
+}
+
+/// Puts into the blob store, before anything is written, every content the
+/// plan overwrites (the user's bytes) or writes (merged results), and checks
+/// that every content it restores is there. A file whose bytes changed since
+/// they were planned on is marked raced; one whose target is missing, failed.
+fn store_contents(
+    ws: &Workspace,
+    pl: &Planner<'_>,
+    report: &mut RollbackReport,
+) -> Result<(), WorkspaceError> {
+    let batch = crate::hook::BatchDurability::start(ws);
+    for f in report.files.iter_mut() {
+        if !(f.result.writes() || f.result == FileResult::Conflict) {
+            continue;
+        }
+        if let Some(h) = f.from.hash
+            && !ws.blobs().contains(&h)
+        {
+            let stored = match &pl.disk[&f.path].bytes {
+                Some(b) => ws.blobs().put_bytes(b)?,
+                None => call::snapshot(ws, &f.path)?.hash().unwrap_or(h),
+            };
+            if stored != h {
+                if f.result == FileResult::Conflict {
+                    // Record what is there now.
+                    if let Some(c) = report.conflicts.iter_mut().find(|c| c.path == f.path) {
+                        c.actual_hash = Some(stored);
+                        c.current_ref = Some(stored);
+                    }
+                } else {
+                    f.result = FileResult::Raced;
+                    f.note =
+                        Some("changed while the rollback was being planned; left as it is".into());
+                    f.to = f.from.clone();
+                    continue;
+                }
+            }
+        }
+        if !f.result.writes() {
+            continue;
+        }
+        if let Some(h) = f.to.hash
+            && !ws.blobs().contains(&h)
+        {
+            match &pl.cur[&f.path].bytes {
+                Bytes::Loaded(b) if ContentHash::of(b) == h => {
+                    ws.blobs().put_bytes(b)?;
+                }
+                _ => {
+                    f.result = FileResult::Failed;
+                    f.note = Some(format!(
+                        "the content to restore ({}) was never stored (file too large when it was captured?); left as it is",
+                        h.short()
+                    ));
+                    f.to = f.from.clone();
+                }
+            }
+        }
+    }
+    batch.finish()
+}
+
+// ---------------------------------------------------------------- doing
+
+/// Records the plan, writes the files, records the end. Shared by a fresh
+/// rollback and by [`finish_interrupted`].
+pub(crate) fn run_plan(
+    ws: &Workspace,
+    report: &mut RollbackReport,
+    target: Value,
+) -> Result<(), WorkspaceError> {
+    let action = report.action.clone();
+    let plan_value = json!({
+        "files": report.files,
+        "patches": report.patches,
+    });
+    let mut drafts = vec![Draft::new(Body::Action(ActionRecord {
+        action: action.clone(),
+        action_type: ActionType::RollbackFiles,
+        status: ActionStatus::Started,
+        target,
+        plan: Some(plan_value),
+        outcome: None,
+    }))];
+    for c in &report.conflicts {
+        drafts.push(Draft::new(Body::Conflict(c.clone())));
+    }
+    let rt = ws.runtime_dir();
+    write_pending(rt, &action)?;
+    ws.ledger().lock()?.append(&drafts)?;
+    for c in &report.conflicts {
+        write_conflict_file(ws, c)?;
+    }
+    crate::failpoint::hit("rollback.after_plan")
+        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
+    execute_and_end(ws, &action, &mut report.files, false)
+}
+
+/// Writes each planned file, then appends its `file_patch` records and the
+/// action's end, and clears the pending marker.
+fn execute_and_end(
+    ws: &Workspace,
+    action: &str,
+    files: &mut [PlannedFile],
+    resumed: bool,
+) -> Result<(), WorkspaceError> {
+    let mut written: Vec<(RelPath, FileState)> = Vec::new();
+    let mut drafts = Vec::new();
+    let batch = crate::hook::BatchDurability::start(ws);
+    for f in files.iter_mut() {
+        if !f.result.writes() {
+            continue;
+        }
+        if resumed {
+            writeback::sweep_temps_near(ws, &f.path);
+        }
+        match writeback::replace(ws, &f.path, &f.from, &f.to) {
+            Ok(Written::Done) | Ok(Written::AlreadyThere) => {
+                let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
+                if let Some((d, _)) = call::patch_for(
+                    ws,
+                    action,
+                    None,
+                    &f.path,
+                    &before,
+                    &after,
+                    PatchSource::Rollback,
+                )? {
+                    drafts.push(d);
+                }
+                written.push((f.path.clone(), after));
+            }
+            Ok(Written::Raced(now)) => {
+                f.result = FileResult::Raced;
+                f.note = Some(format!(
+                    "changed while the rollback ran (now {}); left as it is",
+                    now.hash
+                        .map(|h| h.short())
+                        .unwrap_or_else(|| "absent".into())
+                ));
+            }
+            Err(e) => {
+                f.result = FileResult::Failed;
+                f.note = Some(crate::error_line(&e));
+            }
+        }
+        crate::failpoint::hit("rollback.after_file")
+            .map_err(|e| WorkspaceError::Io(FsError::new("roll back", f.path.to_string(), e)))?;
+    }
+    batch.finish()?;
+    let failed = files
+        .iter()
+        .any(|f| matches!(f.result, FileResult::Raced | FileResult::Failed));
+    let outcome: Vec<Value> = files
+        .iter()
+        .map(|f| {
+            let mut o = json!({"path": f.path, "result": f.result});
+            if let Some(n) = &f.note {
+                o["note"] = json!(n);
+            }
+            o
+        })
+        .collect();
+    drafts.push(Draft::new(Body::Action(ActionRecord {
+        action: action.to_string(),
+        action_type: ActionType::RollbackFiles,
+        status: if failed {
+            ActionStatus::Failed
+        } else {
+            ActionStatus::Succeeded
+        },
+        target: Value::Null,
+        plan: None,
+        outcome: Some(json!({"files": outcome, "resumed": resumed})),
+    })));
+    crate::failpoint::hit("rollback.before_end")
+        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
+    ws.ledger().lock()?.append(&drafts)?;
+    clear_pending(ws.runtime_dir(), action);
+    crate::hook::note_written(ws, &written, action)?;
+    Ok(())
+}
+
+fn to_file_state(s: &PathState) -> FileState {
+    match (s.hash, s.mode.as_deref()) {
+        (None, _) => FileState::Absent,
+        (Some(hash), Some(SYMLINK_MODE)) => FileState::Symlink { hash },
+        (Some(hash), m) => FileState::File {
+            hash,
+            mode: s.perm.unwrap_or(perm_for(m, None)) & 0o777,
+        },
+    }
+}
+
+// ---------------------------------------------------------------- crash handling
+
+fn state_dir(rt: &OwnedFd) -> Result<OwnedFd, WorkspaceError> {
+    let (d, _) = fs_util::open_or_create_private_dir(rt.as_fd(), "state")
+        .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
+    Ok(d)
+}
+
+fn write_pending(rt: &OwnedFd, action: &str) -> Result<(), WorkspaceError> {
+    let dir = state_dir(rt)?;
+    fs_util::write_atomic(
+        dir.as_fd(),
+        "pending_action".as_ref(),
+        action.as_bytes(),
+        0o600,
+        false,
+    )
+    .map_err(|e| FsError::new("write", ".agent-runtime/state/pending_action", e).into())
+}
+
+fn read_pending(rt: &OwnedFd) -> Option<String> {
+    let dir = fs_util::open_dir(rt.as_fd(), "state").ok()?;
+    let mut f = fs_util::open_regular_at(dir.as_fd(), "pending_action".as_ref()).ok()?;
+    let mut s = String::new();
+    f.read_to_string(&mut s).ok()?;
+    let s = s.trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+fn clear_pending(rt: &OwnedFd, action: &str) {
+    if read_pending(rt).as_deref() == Some(action)
+        && let Ok(dir) = fs_util::open_dir(rt.as_fd(), "state")
+    {
+        let _ = rustix::fs::unlinkat(&dir, "pending_action", rustix::fs::AtFlags::empty());
+    }
+}
+
+/// Holds `state/action.lock` while an action plans and runs, so two rollbacks
+/// (or a rollback and a resolve) never interleave.
+pub(crate) struct ActionLock {
+    _file: std::fs::File,
+}
+
+impl ActionLock {
+    pub(crate) fn take(ws: &Workspace) -> Result<ActionLock, WorkspaceError> {
+        let dir = state_dir(ws.runtime_dir())?;
+        let f = fs_util::lock_exclusive(
+            dir.as_fd(),
+            "action.lock",
+            ".agent-runtime/state/action.lock",
+        )?;
+        Ok(ActionLock { _file: f })
+    }
+}
+
+/// What [`finish_interrupted`] did.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The action.
+    pub action: String,
+    /// Its files and what became of them.
+    pub files: Vec<PlannedFile>,
+}
+
+/// Finishes a rollback that a crash interrupted between its plan and its end
+/// (cheap when there is none: one failed `open`). Every planned file still
+/// holding its planned before state is written; one holding the planned after
+/// state counts as done; anything else is left and reported as raced.
+pub fn finish_interrupted(ws: &Workspace) -> Result<Option<Finished>, WorkspaceError> {
+    if read_pending(ws.runtime_dir()).is_none() {
+        return Ok(None);
+    }
+    let _lock = ActionLock::take(ws)?;
+    finish_interrupted_locked(ws)
+}
+
+fn finish_interrupted_locked(ws: &Workspace) -> Result<Option<Finished>, WorkspaceError> {
+    let Some(action) = read_pending(ws.runtime_dir()) else {
+        return Ok(None);
+    };
+    let read = ws.read_ledger()?;
+    refuse_damaged(&read)?;
+    let Some(mut files) = unfinished_plan(&read.records, &action) else {
+        // Never started (crash before the plan's append) or already ended.
+        clear_pending(ws.runtime_dir(), &action);
+        return Ok(None);
+    };
+    execute_and_end(ws, &action, &mut files, true)?;
+    Ok(Some(Finished { action, files }))
+}
+
+/// The plan of `action` if it started and never ended.
+pub fn unfinished_plan(records: &[Record], action: &str) -> Option<Vec<PlannedFile>> {
+    let mut plan = None;
+    for r in records {
+        if let Body::Action(a) = &r.body
+            && a.action == action
+        {
+            match a.status {
+                ActionStatus::Started => plan = a.plan.clone(),
+                _ => return None,
+            }
+        }
+    }
+    let files = plan?.get("files")?.clone();
+    serde_json::from_value(files).ok()
+}
+
+/// Writes `conflicts/<id>.json`: the record plus where its three contents are.
+pub(crate) fn write_conflict_file(
+    ws: &Workspace,
+    c: &ConflictRecord,
+) -> Result<(), WorkspaceError> {
+    let (dir, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "conflicts")
+        .map_err(|e| FsError::new("open", ".agent-runtime/conflicts", e))?;
+    let blob = |h: &Option<ContentHash>| {
+        h.map(|h| {
+            let hex = h.hex();
+            format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..])
+        })
+    };
+    let doc = json!({
+        "conflict": c,
+        "blobs": {"base": blob(&c.base_ref), "agent": blob(&c.agent_ref), "current": blob(&c.current_ref)},
+    });
+    let bytes = serde_json::to_vec_pretty(&doc)
+        .map_err(|e| FsError::new("write", &c.conflict, e.into()))?;
+    let name = format!("{}.json", c.conflict);
+    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false)
+        .map_err(|e| FsError::new("write", format!(".agent-runtime/conflicts/{name}"), e).into())
+}

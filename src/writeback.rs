@@ -1,0 +1,402 @@
+//! Writing a user file back (RELIABILITY B4): the one place where ckpt replaces
+//! a file in the workspace on the user's behalf (rollback, resolve).
+//!
+//! For each file: the new content is prepared and synced under a temp name in
+//! the file's own directory (opened beneath the workspace root, never through a
+//! symlink); then the file is checked against the state the decision was made
+//! on (its content hash and mode — a compare-and-swap by hand, as POSIX has
+//! none); then it is re-`stat`ed and renamed over the name (or unlinked, or
+//! renamed with `RENAME_NOREPLACE` when the path must still be free); then the
+//! directory is synced. If the file moved at any of those steps, nothing is
+//! overwritten and the caller hears [`Written::Raced`]. The window left is one
+//! `fstatat` + `rename`: an editor writing inside it can still be overwritten,
+//! and that is documented in ARCHITECTURE.md.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, FileType, RenameFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::fs_util::{self, FsError};
+use crate::hash::{ContentHash, Hasher};
+use crate::paths::RelPath;
+use crate::record::{SYMLINK_MODE, file_mode_string};
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// A state of one path, as a plan names it: its content hash (`None`: absent),
+/// its git-style mode, and for regular files the exact permission bits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathState {
+    /// Content hash; `None` when the path is absent.
+    pub hash: Option<ContentHash>,
+    /// `100644`, `100755`, `120000`; `None` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Permission bits of a regular file (`0o640` …), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perm: Option<u32>,
+}
+
+impl PathState {
+    /// Nothing at the path.
+    pub fn absent() -> PathState {
+        PathState {
+            hash: None,
+            mode: None,
+            perm: None,
+        }
+    }
+
+    /// Whether this is a symlink.
+    pub fn is_symlink(&self) -> bool {
+        self.mode.as_deref() == Some(SYMLINK_MODE)
+    }
+
+    /// Whether `other` has the same kind, content and git mode.
+    pub fn same(&self, other: &PathState) -> bool {
+        self.hash == other.hash && self.mode == other.mode
+    }
+}
+
+/// What is at a path now, observed without following symlinks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// The state (`hash: None, mode: Some("dir"|"special")` for what is not a file).
+    pub state: PathState,
+    /// The file's bytes, when it is a regular file or symlink no larger than
+    /// the `keep_up_to` asked for.
+    pub bytes: Option<Vec<u8>>,
+    stat: Option<StatKey>,
+}
+
+impl Observed {
+    /// What could not be read: treated as something other than a file, so
+    /// nothing is ever written over it.
+    pub(crate) fn other_kind() -> Observed {
+        Observed {
+            state: PathState {
+                hash: None,
+                mode: Some("unreadable".to_string()),
+                perm: None,
+            },
+            bytes: None,
+            stat: None,
+        }
+    }
+
+    /// Whether the path holds something that is neither a file nor a symlink.
+    pub fn is_other(&self) -> bool {
+        self.state.hash.is_none() && self.state.mode.is_some()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StatKey {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+fn key_of(st: &rustix::fs::Stat) -> StatKey {
+    StatKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+    }
+}
+
+fn io_err(op: &'static str, rel: &RelPath, e: impl Into<io::Error>) -> WorkspaceError {
+    WorkspaceError::Io(FsError::new(op, rel.display().to_string(), e.into()))
+}
+
+/// Observes `name` in `dir`: kind, content hash, mode; keeps the bytes of
+/// files up to `keep_up_to` bytes.
+fn observe_at(dir: BorrowedFd<'_>, name: &OsStr, keep_up_to: u64) -> io::Result<Observed> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => {
+            return Ok(Observed {
+                state: PathState::absent(),
+                bytes: None,
+                stat: None,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {
+            let f = fs_util::open_regular_at(dir, name)?;
+            let fst = rustix::fs::fstat(&f)?;
+            let (hash, bytes) = hash_file(f, fst.st_size as u64, keep_up_to)?;
+            let perm = fst.st_mode & 0o7777;
+            Ok(Observed {
+                state: PathState {
+                    hash: Some(hash),
+                    mode: Some(file_mode_string(perm)),
+                    perm: Some(perm),
+                },
+                bytes,
+                stat: Some(key_of(&fst)),
+            })
+        }
+        FileType::Symlink => {
+            let target = rustix::fs::readlinkat(dir, name, Vec::new())?.into_bytes();
+            Ok(Observed {
+                state: PathState {
+                    hash: Some(ContentHash::of(&target)),
+                    mode: Some(SYMLINK_MODE.to_string()),
+                    perm: None,
+                },
+                bytes: Some(target),
+                stat: Some(key_of(&st)),
+            })
+        }
+        t => Ok(Observed {
+            state: PathState {
+                hash: None,
+                mode: Some(
+                    if t == FileType::Directory {
+                        "dir"
+                    } else {
+                        "special"
+                    }
+                    .to_string(),
+                ),
+                perm: None,
+            },
+            bytes: None,
+            stat: Some(key_of(&st)),
+        }),
+    }
+}
+
+fn hash_file(
+    mut f: File,
+    size: u64,
+    keep_up_to: u64,
+) -> io::Result<(ContentHash, Option<Vec<u8>>)> {
+    use std::io::Read;
+    if size <= keep_up_to {
+        let mut v = Vec::with_capacity(size as usize);
+        f.read_to_end(&mut v)?;
+        return Ok((ContentHash::of(&v), Some(v)));
+    }
+    let mut h = Hasher::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok((h.finish(), None))
+}
+
+/// Observes `rel` in the workspace (read-only: nothing is stored).
+pub fn observe(ws: &Workspace, rel: &RelPath, keep_up_to: u64) -> Result<Observed, WorkspaceError> {
+    let (parent, name) = rel.split_parent();
+    let dir = match ws.files().open_dir_beneath(parent.unwrap_or(b"")) {
+        Ok(d) => d,
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+        {
+            return Ok(Observed {
+                state: PathState::absent(),
+                bytes: None,
+                stat: None,
+            });
+        }
+        Err(e) => return Err(io_err("inspect", rel, e)),
+    };
+    observe_at(dir.as_fd(), OsStr::from_bytes(name), keep_up_to).map_err(|e| io_err("read", rel, e))
+}
+
+/// How a write-back ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// The path now holds the target.
+    Done,
+    /// The path already held the target; nothing was written.
+    AlreadyThere,
+    /// The path held neither the expected state nor the target (someone
+    /// changed it): nothing was written. Carries what was there.
+    Raced(PathState),
+}
+
+/// Replaces `rel` — which must hold `expect` — with `target` (content taken
+/// from the blob store, re-hashed on the way), atomically; see the module doc.
+pub fn replace(
+    ws: &Workspace,
+    rel: &RelPath,
+    expect: &PathState,
+    target: &PathState,
+) -> Result<Written, WorkspaceError> {
+    let (parent, name) = rel.split_parent();
+    let name = OsStr::from_bytes(name);
+    let dir: OwnedFd = if target.hash.is_some() {
+        ws.files()
+            .create_parents(rel)
+            .map_err(|e| io_err("create the parent directories of", rel, e))?
+    } else {
+        match ws.files().open_dir_beneath(parent.unwrap_or(b"")) {
+            Ok(d) => d,
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+            {
+                // The parent is gone, so the path is absent: the target.
+                return Ok(Written::AlreadyThere);
+            }
+            Err(e) => return Err(io_err("open the directory of", rel, e)),
+        }
+    };
+    let tmp = fs_util::temp_name(".ckpt-tmp-");
+    let prepared = prepare(ws, dir.as_fd(), &tmp, target).map_err(|e| match e {
+        Prep::Io(e) => io_err("write a temp file for", rel, e),
+        Prep::Blob(b) => WorkspaceError::Blob(b),
+    });
+    let cleanup = |dir: &OwnedFd| {
+        if target.hash.is_some() {
+            let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+        }
+    };
+    if let Err(e) = prepared {
+        cleanup(&dir);
+        return Err(e);
+    }
+    let result = (|| -> Result<Written, WorkspaceError> {
+        let now = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
+        if now.state.same(target) && (target.perm.is_none() || now.state.perm == target.perm) {
+            return Ok(Written::AlreadyThere);
+        }
+        if !now.state.same(expect) {
+            return Ok(Written::Raced(now.state));
+        }
+        crate::failpoint::hit("rollback.before_rename").map_err(|e| io_err("replace", rel, e))?;
+        // The last look: anything that moved since it was hashed is a race.
+        let again = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Some(key_of(&st)),
+            Err(rustix::io::Errno::NOENT) => None,
+            Err(e) => return Err(io_err("inspect", rel, e)),
+        };
+        if again != now.stat {
+            let moved = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
+            return Ok(Written::Raced(moved.state));
+        }
+        if target.hash.is_none() {
+            rustix::fs::unlinkat(&dir, name, AtFlags::empty())
+                .map_err(|e| io_err("remove", rel, e))?;
+        } else if expect.hash.is_none() && !expect.is_other_kind() {
+            match rustix::fs::renameat_with(&dir, tmp.as_str(), &dir, name, RenameFlags::NOREPLACE)
+            {
+                Ok(()) => {}
+                Err(rustix::io::Errno::EXIST) => {
+                    let moved =
+                        observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
+                    return Ok(Written::Raced(moved.state));
+                }
+                Err(e) => return Err(io_err("rename into place", rel, e)),
+            }
+        } else {
+            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
+                .map_err(|e| io_err("rename into place", rel, e))?;
+        }
+        fs_util::fsync_dir(dir.as_fd()).map_err(|e| io_err("sync the directory of", rel, e))?;
+        Ok(Written::Done)
+    })();
+    if !matches!(result, Ok(Written::Done)) {
+        cleanup(&dir);
+    }
+    result
+}
+
+impl PathState {
+    fn is_other_kind(&self) -> bool {
+        self.hash.is_none() && self.mode.is_some()
+    }
+}
+
+enum Prep {
+    Io(io::Error),
+    Blob(crate::blob_store::BlobError),
+}
+
+/// Writes the target under `tmp` in `dir` and syncs it (nothing for an absent target).
+fn prepare(ws: &Workspace, dir: BorrowedFd<'_>, tmp: &str, target: &PathState) -> Result<(), Prep> {
+    let Some(hash) = &target.hash else {
+        return Ok(());
+    };
+    if target.is_symlink() {
+        let link = ws.blobs().get(hash).map_err(Prep::Blob)?;
+        rustix::fs::symlinkat(OsStr::from_bytes(&link), dir, tmp)
+            .map_err(|e| Prep::Io(e.into()))?;
+        return Ok(());
+    }
+    let perm = target
+        .perm
+        .unwrap_or(if target.mode.as_deref() == Some("100755") {
+            0o755
+        } else {
+            0o644
+        })
+        & 0o777;
+    let mut f = fs_util::create_excl(dir, OsStr::new(tmp), perm).map_err(Prep::Io)?;
+    ws.blobs().copy_to(hash, &mut f).map_err(Prep::Blob)?;
+    fs_util::sync_data(&f).map_err(Prep::Io)?;
+    Ok(())
+}
+
+/// Removes `.ckpt-tmp-*` entries a crashed write-back left in the directory of
+/// `rel` (they are ckpt's own temp names, never user files). Returns how many.
+pub fn sweep_temps_near(ws: &Workspace, rel: &RelPath) -> usize {
+    let (parent, _) = rel.split_parent();
+    let Ok(dir) = ws.files().open_dir_beneath(parent.unwrap_or(b"")) else {
+        return 0;
+    };
+    let Ok(mut it) = rustix::fs::Dir::read_from(&dir) else {
+        return 0;
+    };
+    let mut names = Vec::new();
+    while let Some(Ok(e)) = it.next() {
+        let n = e.file_name().to_bytes();
+        if let Some(rest) = n.strip_prefix(b".ckpt-tmp-")
+            && !writer_alive(rest)
+        {
+            names.push(n.to_vec());
+        }
+    }
+    let mut removed = 0;
+    for n in names {
+        if rustix::fs::unlinkat(&dir, OsStr::from_bytes(&n), AtFlags::empty()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Whether the process that made a temp name (`<pid>-…`) still runs.
+fn writer_alive(rest: &[u8]) -> bool {
+    let pid = rest
+        .split(|&b| b == b'-')
+        .next()
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .and_then(|p| p.parse::<i32>().ok())
+        .and_then(rustix::process::Pid::from_raw);
+    match pid {
+        Some(pid) => !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        ),
+        None => true,
+    }
+}
