@@ -3,16 +3,18 @@
 //! The binary reads `CKPT_FAILPOINTS` (`name=action;name=action`) once and hands
 //! it to [`configure`]; the library never reads the environment itself. Actions:
 //! `abort` (like a `kill -9`: no destructors, no flush), `exit(N)`, `panic`,
-//! `sleep(MS)` and `error` (the step fails with an injected I/O error). With no
+//! `sleep(MS)` and `error` (the step fails with an injected I/O error). An
+//! action prefixed `N*` (`rollback.after_file=3*abort`) fires on the Nth pass
+//! only, so a crash test can stop a loop after each of its steps. With no
 //! configuration every failpoint is a single relaxed atomic load.
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-static POINTS: OnceLock<HashMap<String, Action>> = OnceLock::new();
+static POINTS: OnceLock<HashMap<String, (u64, AtomicU64, Action)>> = OnceLock::new();
 
 #[derive(Debug, Clone)]
 enum Action {
@@ -29,6 +31,16 @@ pub fn configure(spec: &str) -> Result<(), String> {
     let mut map = HashMap::new();
     for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, action) = item.split_once('=').ok_or_else(|| format!("`{item}`"))?;
+        let (nth, action) = match action.split_once('*') {
+            Some((n, a)) => (
+                n.parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("`{item}`"))?,
+                a,
+            ),
+            None => (0, action),
+        };
         let action = match action {
             "abort" => Action::Abort,
             "panic" => Action::Panic,
@@ -41,7 +53,7 @@ pub fn configure(spec: &str) -> Result<(), String> {
             }
             _ => return Err(format!("`{item}`")),
         };
-        map.insert(name.to_string(), action);
+        map.insert(name.to_string(), (nth, AtomicU64::new(0), action));
     }
     let _ = POINTS.set(map);
     ACTIVE.store(true, Ordering::Release);
@@ -53,15 +65,20 @@ pub fn hit(name: &str) -> io::Result<()> {
     if !ACTIVE.load(Ordering::Relaxed) {
         return Ok(());
     }
-    match POINTS.get().and_then(|m| m.get(name)) {
-        None => Ok(()),
-        Some(Action::Abort) => std::process::abort(),
-        Some(Action::Exit(code)) => std::process::exit(*code),
-        Some(Action::Panic) => panic!("failpoint {name}"),
-        Some(Action::Sleep(ms)) => {
+    let Some((nth, passes, action)) = POINTS.get().and_then(|m| m.get(name)) else {
+        return Ok(());
+    };
+    if *nth > 0 && passes.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
+        return Ok(());
+    }
+    match action {
+        Action::Abort => std::process::abort(),
+        Action::Exit(code) => std::process::exit(*code),
+        Action::Panic => panic!("failpoint {name}"),
+        Action::Sleep(ms) => {
             std::thread::sleep(std::time::Duration::from_millis(*ms));
             Ok(())
         }
-        Some(Action::Error) => Err(io::Error::other(format!("injected failure at {name}"))),
+        Action::Error => Err(io::Error::other(format!("injected failure at {name}"))),
     }
 }

@@ -620,7 +620,9 @@ impl<'w> Planner<'w> {
         }
     }
 
-    fn undo(&mut self, p: &FilePatch) -> Result<(), WorkspaceError> {
+    /// Undoes one step: a patch, or a run of one path's patches that follow
+    /// each other (`ids`, newest first) taken as one net patch.
+    fn undo(&mut self, p: &FilePatch, ids: &[String]) -> Result<(), WorkspaceError> {
         if p.op == PatchOp::Rename
             && let Some(from) = &p.from_path
         {
@@ -629,7 +631,7 @@ impl<'w> Planner<'w> {
         let rel = p.path.clone();
         self.load(&rel)?;
         let info = self.info.entry(rel.clone()).or_default();
-        info.patches.push(p.patch.clone());
+        info.patches.extend(ids.iter().cloned());
         if info.conflict.is_some() || info.failed.is_some() {
             return Ok(());
         }
@@ -738,18 +740,18 @@ fn plan(
         info: BTreeMap::new(),
     };
     let all_selected = matches!(opts.selector, Selector::To(_));
-    for p in picked.iter().rev() {
+    for (p, ids) in runs(&picked).iter().rev() {
         let ambiguous = !all_selected && p.candidates.iter().any(|c| !calls.contains(c));
         if ambiguous {
             pl.load(&p.path)?;
             let info = pl.info.entry(p.path.clone()).or_default();
-            info.patches.push(p.patch.clone());
+            info.patches.extend(ids.iter().cloned());
             if info.conflict.is_none() {
-                info.conflict = Some(("ambiguous_attribution", (*p).clone()));
+                info.conflict = Some(("ambiguous_attribution", p.clone()));
             }
             continue;
         }
-        pl.undo(p)?;
+        pl.undo(p, ids)?;
     }
     let mut files = Vec::new();
     let mut conflicts = Vec::new();
@@ -820,6 +822,45 @@ fn plan(
         store_contents(ws, &pl, &mut report)?;
     }
     Ok(report)
+}
+
+/// Groups the selected patches (oldest first) into undo steps, oldest first:
+/// consecutive patches of one path whose before is the previous one's after
+/// (nothing else changed the file in between) become one net patch, so a
+/// file several calls edited is undone as one change — and recognised as
+/// already undone when it holds the first before state. Renames stay alone.
+/// Each step carries its patch ids, newest first.
+fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
+    let mut steps: Vec<(FilePatch, Vec<String>)> = Vec::new();
+    let mut open: HashMap<RelPath, usize> = HashMap::new();
+    for p in picked {
+        if p.op == PatchOp::Rename {
+            open.remove(&p.path);
+            if let Some(f) = &p.from_path {
+                open.remove(f);
+            }
+            steps.push(((*p).clone(), vec![p.patch.clone()]));
+            continue;
+        }
+        if let Some(&i) = open.get(&p.path) {
+            let (net, ids) = &mut steps[i];
+            let chained = net.after_hash == p.before_hash
+                && (net.after_hash.is_none() || net.after_mode == p.before_mode);
+            let same_doubt = net.candidates == p.candidates;
+            if chained && same_doubt {
+                net.after_hash = p.after_hash;
+                net.after_mode = p.after_mode.clone();
+                net.binary |= p.binary;
+                net.patch_ref = p.patch_ref.clone();
+                net.patch = p.patch.clone();
+                ids.insert(0, p.patch.clone());
+                continue;
+            }
+        }
+        open.insert(p.path.clone(), steps.len());
+        steps.push(((*p).clone(), vec![p.patch.clone()]));
+    }
+    steps
 }
 
 /// One line for a conflict's reason code.
