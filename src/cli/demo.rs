@@ -350,14 +350,102 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     )?;
     std::fs::write(&ledger_path, &original).map_err(|e| fail("restoring the ledger", e))?;
     say(ui, &mut narrate, "   (byte restored)")?;
-    let ok = report.ok && !bad.ok;
+
+    // 7. The user keeps working, then takes the agent's work back.
+    let main_now =
+        std::fs::read_to_string(dir.join("src/main.rs")).map_err(|e| fail("reading", e))?;
+    let user_line = "\n// TODO(you): say hello in French too\n";
+    std::fs::write(dir.join("src/main.rs"), format!("{main_now}{user_line}"))
+        .map_err(|e| fail("writing", e))?;
+    say(
+        ui,
+        &mut narrate,
+        "\n7. You add a TODO at the end of src/main.rs, then decide the agent's approach was wrong:",
+    )?;
+    say(
+        ui,
+        &mut narrate,
+        &format!("   $ ckpt rollback --to {}", c0.checkpoint),
+    )?;
+    let rep = ckpt::rollback::rollback(
+        &ws,
+        &cfg,
+        &ckpt::rollback::RollbackOptions {
+            selector: ckpt::rollback::Selector::To(c0.checkpoint.clone()),
+            paths: Vec::new(),
+            dry_run: false,
+        },
+    )
+    .map_err(|e| fail("rolling back", e))?;
+    for f in &rep.files {
+        say(
+            ui,
+            &mut narrate,
+            format!(
+                "     {:<10} {:<14} {}",
+                f.result.as_str(),
+                f.path.display(),
+                f.note.as_deref().unwrap_or("")
+            )
+            .trim_end(),
+        )?;
+    }
+    let main_after =
+        std::fs::read_to_string(dir.join("src/main.rs")).map_err(|e| fail("reading", e))?;
+    let kept_todo = main_after == format!("fn main() {{\n{old_main}}}\n{user_line}");
+    let mode_back = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(dir.join("src/main.rs"))
+            .map(|m| m.permissions().mode() & 0o111 == 0)
+            .unwrap_or(false)
+    };
+    let others_back = dir.join("README.md").exists()
+        && !dir.join("README").exists()
+        && std::fs::read(dir.join("notes.txt")).ok().as_deref() == Some(&b"scratch notes\n"[..]);
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "   src/main.rs is the original again with your TODO kept ({}), its exec bit gone ({}); README.md and notes.txt are back ({})",
+            if kept_todo { "yes" } else { "NO" },
+            if mode_back { "yes" } else { "NO" },
+            if others_back { "yes" } else { "NO" }
+        ),
+    )?;
+    let greet_kept = std::fs::read_to_string(dir.join("src/greet.rs"))
+        .map(|t| t.starts_with("// Greets people."))
+        .unwrap_or(false);
+    let conflict_ok = rep.conflicts.len() == 1 && greet_kept;
+    if let Some(c) = rep.conflicts.first() {
+        say(
+            ui,
+            &mut narrate,
+            &format!(
+                "\n8. src/greet.rs: the agent created it and you edited it since, so ckpt does not delete it:\n   conflict {} ({}); your file is untouched ({}), exit code 3",
+                c.conflict,
+                ckpt::rollback::conflict_reason_text(c.reason.as_deref().unwrap_or("")),
+                if greet_kept { "yes" } else { "NO" }
+            ),
+        )?;
+        say(
+            ui,
+            &mut narrate,
+            &format!(
+                "   $ ckpt show {0}   → base / agent / yours, and the merge with diff3 markers\n   $ ckpt resolve {0} --keep-user | --apply-agent | --manual\n   $ ckpt rollback --action {1}   → puts the agent's work back (a rollback is undoable)",
+                c.conflict, rep.action
+            ),
+        )?;
+    }
+    let after = ws.verify().map_err(|e| fail("verifying", e))?;
+    let ok =
+        report.ok && !bad.ok && kept_todo && mode_back && others_back && conflict_ok && after.ok;
     say(
         ui,
         &mut narrate,
         &format!(
             "\n{}",
             if ok {
-                "demo finished: every agent change is recorded, content-addressed and chained."
+                "demo finished: every agent change recorded, chained and taken back — and none of yours."
             } else {
                 "demo finished with unexpected results"
             }
