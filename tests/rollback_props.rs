@@ -294,3 +294,111 @@ fn overlapping_edits_leave_the_users_bytes_and_raise_a_conflict() {
         assert_eq!(ws.blobs().get(&cur).unwrap(), user_bytes, "case {case}");
     }
 }
+
+/// T30: sessions A and B edit different regions of one file; rolling back A
+/// keeps B's lines in every case; overlapping regions raise a conflict and
+/// leave the file as it is.
+#[test]
+fn rolling_back_one_session_keeps_the_other_sessions_edits() {
+    let mut r = Rng(seed(0x5eed_7030));
+    for case in 0..cases() {
+        let (dir, ws) = new_ws();
+        let root = dir.path();
+        let n = 10 + r.below(6) as usize;
+        let base = numbered(n, "l", r.below(3) as usize);
+        write_disk(root, "f0.txt", &Some(join(&base, true)));
+        // A rewrites a line near the top, B one near the bottom; sometimes B
+        // rewrites A's line instead (an overlap).
+        let a = r.below(3) as usize;
+        let overlap = r.below(4) == 0;
+        let b = if overlap {
+            a
+        } else {
+            n - 1 - r.below(3) as usize
+        };
+        let mut after_a = base.clone();
+        after_a[a] = format!("A{case}\n").into_bytes();
+        let a_first = r.below(2) == 0;
+        let mut after_b = if a_first {
+            after_a.clone()
+        } else {
+            base.clone()
+        };
+        after_b[b] = format!("B{case}\n").into_bytes();
+        let (first, second) = if a_first {
+            (("A", after_a.clone()), ("B", after_b.clone()))
+        } else {
+            let mut both = after_b.clone();
+            both[a] = format!("A{case}\n").into_bytes();
+            (("B", after_b.clone()), ("A", both))
+        };
+        agent_call(&ws, first.0, &[("f0.txt", Some(join(&first.1, true)))]);
+        agent_call(&ws, second.0, &[("f0.txt", Some(join(&second.1, true)))]);
+        let before = std::fs::read(root.join("f0.txt")).unwrap();
+        let rep = run(&ws, Selector::Session("A".into()));
+        let now = std::fs::read(root.join("f0.txt")).unwrap();
+        let mut expected = base.clone();
+        expected[b] = format!("B{case}\n").into_bytes();
+        if overlap {
+            // The session that wrote last owns the line now.
+            if a_first {
+                // B overwrote A's line: undoing A conflicts with B's edit.
+                assert_eq!(rep.files[0].result, FileResult::Conflict, "case {case}");
+                assert_eq!(now, before, "case {case}: file changed on conflict");
+            } else {
+                // A wrote last over B's line: undoing A brings B's line back.
+                assert_eq!(now, join(&expected, true), "case {case}");
+            }
+        } else {
+            assert_eq!(
+                String::from_utf8_lossy(&now),
+                String::from_utf8_lossy(&join(&expected, true)),
+                "case {case}: B's edit lost or A's kept ({:?})",
+                rep.files
+            );
+        }
+    }
+}
+
+/// B4 step 5: a file that changes between the check and the rename is not
+/// overwritten; it is reported `raced` and the action ends `failed`.
+#[test]
+fn a_file_changed_during_the_rollback_is_skipped_not_overwritten() {
+    let env = crate::common::TestEnv::init();
+    env.write("a.txt", b"one\ntwo\n");
+    let ws = env.open();
+    agent_call(&ws, "s", &[("a.txt", Some(b"one\nTWO\n".to_vec()))]);
+    let call = first_call(&ws);
+    drop(ws);
+    let mut child = env
+        .command(&["--json", "rollback", "--call", &call])
+        .env("CKPT_FAILPOINTS", "rollback.before_rename=sleep(700)")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    env.write("a.txt", b"the user's bytes\n");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a raced rollback exits 1");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["files"][0]["result"], "raced", "{v}");
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).unwrap(),
+        b"the user's bytes\n"
+    );
+    let log = env.ckpt(&["log", "--json"]).json();
+    let ends: Vec<_> = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "action" && r["status"] != "started")
+        .collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["status"], "failed");
+    let leftovers: Vec<_> = std::fs::read_dir(&env.ws)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".ckpt-tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temp file left behind");
+}
