@@ -370,7 +370,7 @@ fn a_file_changed_during_the_rollback_is_skipped_not_overwritten() {
     agent_call(&ws, "s", &[("a.txt", Some(b"one\nTWO\n".to_vec()))]);
     let call = first_call(&ws);
     drop(ws);
-    let mut child = env
+    let child = env
         .command(&["--json", "rollback", "--call", &call])
         .env("CKPT_FAILPOINTS", "rollback.before_rename=sleep(700)")
         .stdout(std::process::Stdio::piped())
