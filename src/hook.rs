@@ -412,8 +412,10 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     let mut drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
     let user_edits = drafts.len();
     let mut snaps = Vec::new();
+    let mut predicted = Vec::new();
     for (rel, _) in &targets {
         let s = call::snapshot(ws, rel)?;
+        predicted.push(predicted_after(ws, ev, rel, &s));
         snaps.push((rel.clone(), Snap::from_state(&s)));
     }
     let scan = ev.capture == Capture::Scan;
@@ -462,10 +464,12 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
             agent: Some(ev.format.as_str().to_string()),
             before: snaps
                 .iter()
-                .map(|(p, s)| crate::record::PathHash {
+                .zip(&predicted)
+                .map(|((p, s), e)| crate::record::PathHash {
                     path: p.clone(),
                     hash: s.hash,
                     mode: s.mode.map(crate::record::file_mode_string),
+                    expected: *e,
                 })
                 .collect(),
         }),
@@ -702,6 +706,24 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
         warnings,
         ..Default::default()
     })
+}
+
+/// The hash `rel` should have after the call, predicted from the tool input
+/// and the before state just stored (`None` when the input does not say, or
+/// the file is not UTF-8 text).
+fn predicted_after(
+    ws: &Workspace,
+    ev: &HookEvent,
+    rel: &RelPath,
+    before: &FileState,
+) -> Option<ContentHash> {
+    let exp = expected_for(ev, ws, rel)?;
+    let text = match before {
+        FileState::Absent => String::new(),
+        FileState::File { hash, .. } => String::from_utf8(ws.blobs().get(hash).ok()?).ok()?,
+        _ => return None,
+    };
+    capture::apply_expected(&text, exp).map(|t| ContentHash::of(t.as_bytes()))
 }
 
 fn expected_for<'a>(

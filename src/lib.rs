@@ -58,6 +58,7 @@ pub mod merge;
 pub mod patch;
 pub mod paths;
 pub mod record;
+pub mod recover;
 pub mod rollback;
 pub mod scan;
 pub mod trace;

@@ -250,6 +250,11 @@ pub struct PathHash {
     /// git-style mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// At a call's `started`: the hash the file should have once the call
+    /// is done, predicted from the tool input (Edit's strings, Write's
+    /// content) — what recovery compares the disk with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<ContentHash>,
 }
 
 /// What a patch did to its path.

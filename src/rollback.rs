@@ -882,6 +882,9 @@ pub fn conflict_reason_text(reason: &str) -> &'static str {
             "this change may belong to a call outside the selection (calls overlapped)"
         }
         "merge_failed" => "the three-way merge could not run",
+        "uncertain_call_diverged" => {
+            "a call was cut short and the file is neither as before nor as the call would leave it"
+        }
         _ => "the undo could not be merged",
     }
 }
@@ -1161,13 +1164,29 @@ fn finish_interrupted_locked(ws: &Workspace) -> Result<Option<Finished>, Workspa
     };
     let read = ws.read_ledger()?;
     refuse_damaged(&read)?;
-    let Some(mut files) = unfinished_plan(&read.records, &action) else {
+    let done = finish_action_locked(ws, &read.records, &action)?;
+    if done.is_none() {
         // Never started (crash before the plan's append) or already ended.
         clear_pending(ws.runtime_dir(), &action);
+    }
+    Ok(done)
+}
+
+/// Finishes the rollback `action` from its recorded plan if it started and
+/// never ended (the caller holds the [`ActionLock`]).
+pub(crate) fn finish_action_locked(
+    ws: &Workspace,
+    records: &[Record],
+    action: &str,
+) -> Result<Option<Finished>, WorkspaceError> {
+    let Some(mut files) = unfinished_plan(records, action) else {
         return Ok(None);
     };
-    execute_and_end(ws, &action, &mut files, true)?;
-    Ok(Some(Finished { action, files }))
+    execute_and_end(ws, action, &mut files, true)?;
+    Ok(Some(Finished {
+        action: action.to_string(),
+        files,
+    }))
 }
 
 /// The plan of `action` if it started and never ended.
@@ -1176,6 +1195,7 @@ pub fn unfinished_plan(records: &[Record], action: &str) -> Option<Vec<PlannedFi
     for r in records {
         if let Body::Action(a) = &r.body
             && a.action == action
+            && a.action_type == ActionType::RollbackFiles
         {
             match a.status {
                 ActionStatus::Started => plan = a.plan.clone(),

@@ -11,6 +11,7 @@ mod ledger_tamper;
 mod ledger_torn;
 mod merge_vs_git;
 mod path_corpus;
+mod recover;
 mod rollback_props;
 mod shell;
 

@@ -14,7 +14,6 @@ pub const CONFLICTS: i32 = 3;
 /// `4` `verify` or `scenario run` found a failure.
 pub const VERIFY_FAILED: i32 = 4;
 /// `5` `recover` found calls that need a person.
-#[allow(dead_code)]
 pub const NEEDS_PERSON: i32 = 5;
 
 /// A command's failure: one line for the user and the exit code.

@@ -10,6 +10,7 @@ mod exec;
 mod hook;
 mod init;
 mod log;
+mod recover;
 mod render;
 mod resolve;
 mod rollback;
@@ -62,6 +63,8 @@ enum Command {
     Conflicts(conflicts::Args),
     /// Settle a conflict: keep your file, apply the agent's undo, or merge by hand
     Resolve(resolve::Args),
+    /// After a crash: classify every call, finish unfinished actions, write RECOVERY.md
+    Recover(recover::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
     Verify(verify::Args),
     /// Play a whole story in a scratch workspace and narrate it
@@ -225,6 +228,7 @@ pub fn main() -> i32 {
         Command::Rollback(a) => rollback::run(&mut ui, &ctx, a),
         Command::Conflicts(a) => conflicts::run(&mut ui, &ctx, a),
         Command::Resolve(a) => resolve::run(&mut ui, &ctx, a),
+        Command::Recover(a) => recover::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),

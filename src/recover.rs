@@ -1,0 +1,712 @@
+//! `ckpt recover` (DESIGN §6): after a crash of the agent or of ckpt, say
+//! what happened to every call and action, finish what can be finished, and
+//! write a note the model can be handed.
+//!
+//! Calls are classified from their `tool_call` records (RELIABILITY T14):
+//! `completed` (last status succeeded), `failed`, `pending` (planned or
+//! approved, never started) and `uncertain` (started, never ended). For an
+//! uncertain call that declared its files, each file is compared with the
+//! before hash and the predicted after hash the `started` record carries:
+//! - every file at its predicted after → `applied`: the after bytes are
+//!   stored, a `file_patch` and a `succeeded` record (written by
+//!   `ckpt-recover`) close the call; do not repeat it;
+//! - every file at its before state → `not_applied`: a `failed` record
+//!   ("abandoned") closes the call; safe to retry;
+//! - anything else → `diverged`: a pending `conflict` is raised for the file
+//!   (never rolled back automatically) and a person is needed.
+//!
+//! Uncertain calls without declared files (shell, MCP, unknown tools) stay
+//! uncertain; they need a person unless the catalog says they are idempotent.
+//! Unfinished rollbacks are finished from their plan; other unfinished
+//! actions are reported. Running `recover` twice changes nothing the second
+//! time.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::config::Config;
+use crate::fs_util::{self, FsError};
+use crate::hash::ContentHash;
+use crate::record::{
+    ActionStatus, ActionType, Body, CallStatus, ConflictRecord, Draft, FilePatch, Idempotency,
+    PatchSource, Record, ReplayPolicy, Resolution, ToolCall,
+};
+use crate::rollback::{self, ActionLock};
+use crate::workspace::{Workspace, WorkspaceError};
+use crate::writeback;
+
+/// What became of one file of an uncertain call.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileEvidence {
+    /// The path.
+    pub path: crate::RelPath,
+    /// `applied`, `not_applied` or `diverged`.
+    pub verdict: &'static str,
+    /// Hash before the call.
+    pub before: Option<ContentHash>,
+    /// Predicted hash after the call, when the input said.
+    pub expected: Option<ContentHash>,
+    /// Hash now.
+    pub current: Option<ContentHash>,
+    /// The conflict raised for a diverged file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+}
+
+/// One call's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallVerdict {
+    /// The call id.
+    pub call: String,
+    /// The tool.
+    pub tool: String,
+    /// The session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// `completed`, `failed`, `pending` or `uncertain`.
+    pub status: &'static str,
+    /// For an uncertain file edit: `applied`, `not_applied` or `diverged`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<&'static str>,
+    /// What to do about repeating it: `no` (done; do not repeat), `auto`
+    /// (safe to run again), `ask` (ask a person first), `never`.
+    pub replay: &'static str,
+    /// Whether this run of `recover` closed the call in the ledger.
+    pub recovered_now: bool,
+    /// The files checked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileEvidence>,
+    /// The error of a failed call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Declared paths, for the note.
+    #[serde(skip)]
+    pub paths: Vec<crate::RelPath>,
+    /// Whether a person must look at it.
+    #[serde(skip)]
+    pub needs_person: bool,
+}
+
+/// One action's state after recovery.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionVerdict {
+    /// The action id.
+    pub action: String,
+    /// `rollback_files`, `restore_session`, `compensate`.
+    #[serde(rename = "type")]
+    pub action_type: &'static str,
+    /// `finished_now`, `interrupted` (reported, needs a person or a rerun).
+    pub status: &'static str,
+    /// One line.
+    pub detail: String,
+}
+
+/// What `recover` found and did.
+#[derive(Debug, Clone)]
+pub struct RecoverReport {
+    /// Every call that is not plainly completed, and completed calls since the
+    /// last checkpoint.
+    pub calls: Vec<CallVerdict>,
+    /// Unfinished actions.
+    pub actions: Vec<ActionVerdict>,
+    /// The note written (`.agent-runtime/RECOVERY.md`).
+    pub note: String,
+    /// The note's text.
+    pub note_text: String,
+    /// Whether something needs a person (exit 5).
+    pub needs_person: bool,
+    /// Bytes of a torn tail cut off (0 when none).
+    pub torn_bytes: u64,
+    /// Total calls seen.
+    pub total_calls: usize,
+}
+
+struct CallInfo<'r> {
+    first: &'r ToolCall,
+    started: Option<&'r ToolCall>,
+    last: &'r ToolCall,
+    session: Option<String>,
+    seq_last: u64,
+    patches: Vec<&'r FilePatch>,
+}
+
+fn replay_for(first: &ToolCall, applied_or_done: bool, evidence_ok: bool) -> &'static str {
+    if applied_or_done {
+        return "no";
+    }
+    match (first.replay_policy, first.idempotency) {
+        (Some(ReplayPolicy::Never), _) => "never",
+        (_, Some(Idempotency::Idempotent)) => "auto",
+        (Some(ReplayPolicy::Auto), Some(Idempotency::Conditional)) if evidence_ok => "auto",
+        (Some(ReplayPolicy::Auto), None) if evidence_ok => "auto",
+        _ => "ask",
+    }
+}
+
+/// Runs recovery (see the module doc).
+pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, WorkspaceError> {
+    let _lock = ActionLock::take(ws)?;
+    // Taking the ledger lock repairs a torn tail (backed up first).
+    let started_at = ws.clock().now_rfc3339();
+    drop(ws.ledger().lock()?);
+    let read = ws.read_ledger()?;
+    // A repair record appended just now says how many torn bytes were cut.
+    let torn_bytes = match read.records.last() {
+        Some(r) if r.ts >= started_at => match &r.body {
+            Body::Repair(rp) => rp.dropped_bytes,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    if let Some(c) = &read.corruption {
+        return Err(WorkspaceError::Refused(format!(
+            "the ledger is damaged at seq {} ({}); run `ckpt verify` — recovery will not act on a damaged history",
+            c.seq, c.problem
+        )));
+    }
+    let records = read.records;
+
+    // Actions first: a rollback cut short is finished from its plan.
+    let mut actions = Vec::new();
+    for (id, ty) in unfinished_actions(&records) {
+        let verdict = match ty {
+            ActionType::RollbackFiles => match rollback::finish_action_locked(ws, &records, &id)? {
+                Some(f) => {
+                    let left = f
+                        .files
+                        .iter()
+                        .filter(|x| matches!(x.result, rollback::FileResult::Raced | rollback::FileResult::Failed))
+                        .count();
+                    ActionVerdict {
+                        action: id,
+                        action_type: "rollback_files",
+                        status: "finished_now",
+                        detail: if left == 0 {
+                            format!("finished: {} files as planned", f.files.len())
+                        } else {
+                            format!(
+                                "finished; {left} of {} files had changed since and were left as they are",
+                                f.files.len()
+                            )
+                        },
+                    }
+                }
+                None => continue,
+            },
+            ActionType::RestoreSession => ActionVerdict {
+                action: id,
+                action_type: "restore_session",
+                status: "interrupted",
+                detail: "the session restore did not finish; run the same `ckpt restore-session` again".into(),
+            },
+            ActionType::Compensate => ActionVerdict {
+                action: id,
+                action_type: "compensate",
+                status: "interrupted",
+                detail: "the compensation was started but its end was never recorded: it may or may not have run; check, then `ckpt compensate --force` only if it did not".into(),
+            },
+        };
+        actions.push(verdict);
+    }
+    // Re-read: finishing rollbacks appended records.
+    let records = if actions.iter().any(|a| a.status == "finished_now") {
+        ws.read_ledger()?.records
+    } else {
+        records
+    };
+
+    let calls = collect_calls(&records);
+    let last_ckpt_seq = records
+        .iter()
+        .rev()
+        .find(|r| matches!(r.body, Body::Checkpoint(_)))
+        .map(|r| r.seq)
+        .unwrap_or(0);
+    let open_conflicts: Vec<ConflictRecord> = crate::conflict::list(&records)
+        .into_iter()
+        .filter(|c| c.resolution == Resolution::Pending)
+        .collect();
+    let total_calls = calls.len();
+    let mut verdicts = Vec::new();
+    let mut drafts: Vec<Draft> = Vec::new();
+    let mut new_conflicts = Vec::new();
+    let batch = crate::hook::BatchDurability::start(ws);
+    for (id, ci) in &calls {
+        let started = ci.started.unwrap_or(ci.first);
+        let mut v = CallVerdict {
+            call: id.clone(),
+            tool: ci.first.tool.clone(),
+            session: ci.session.clone(),
+            status: "completed",
+            evidence: None,
+            replay: "no",
+            recovered_now: false,
+            files: Vec::new(),
+            error: ci.last.error.clone(),
+            paths: started.paths.clone(),
+            needs_person: false,
+        };
+        match ci.last.status {
+            CallStatus::Succeeded => {
+                if ci.seq_last <= last_ckpt_seq {
+                    continue;
+                }
+            }
+            CallStatus::Failed => {
+                v.status = "failed";
+                v.replay = replay_for(ci.first, false, true);
+                check_failed(
+                    ws,
+                    &records,
+                    ci,
+                    &mut v,
+                    &open_conflicts,
+                    &mut new_conflicts,
+                )?;
+            }
+            CallStatus::Planned | CallStatus::Approved => {
+                v.status = "pending";
+                v.replay = replay_for(ci.first, false, true);
+            }
+            CallStatus::Started => {
+                v.status = "uncertain";
+                check_uncertain(
+                    ws,
+                    ci,
+                    &mut v,
+                    &mut drafts,
+                    &open_conflicts,
+                    &mut new_conflicts,
+                )?;
+            }
+        }
+        if ci.started.is_none()
+            && !matches!(ci.first.status, CallStatus::Planned | CallStatus::Approved)
+        {
+            // An end without a start (a post hook whose pre never ran).
+            v.evidence = Some("no_started_record");
+        }
+        verdicts.push(v);
+    }
+    batch.finish()?;
+    for c in &new_conflicts {
+        drafts.push(Draft::new(Body::Conflict(c.clone())));
+    }
+    if !drafts.is_empty() {
+        ws.ledger().lock()?.append(&drafts)?;
+    }
+    for c in &new_conflicts {
+        rollback::write_conflict_file(ws, c)?;
+    }
+    let needs_person = verdicts.iter().any(|v| v.needs_person)
+        || actions.iter().any(|a| a.status == "interrupted");
+    let note_text = note(&verdicts, &actions, torn_bytes, ws.clock().now_rfc3339());
+    write_note(ws, &note_text)?;
+    Ok(RecoverReport {
+        calls: verdicts,
+        actions,
+        note: ".agent-runtime/RECOVERY.md".into(),
+        note_text,
+        needs_person,
+        torn_bytes,
+        total_calls,
+    })
+}
+
+/// Actions with a `started` record and no end, oldest first.
+pub fn unfinished_actions(records: &[Record]) -> Vec<(String, ActionType)> {
+    let mut open: Vec<(String, ActionType)> = Vec::new();
+    for r in records {
+        if let Body::Action(a) = &r.body {
+            match a.status {
+                ActionStatus::Started => open.push((a.action.clone(), a.action_type)),
+                _ => open.retain(|(id, _)| *id != a.action),
+            }
+        }
+    }
+    open
+}
+
+fn collect_calls(records: &[Record]) -> BTreeMap<String, CallInfo<'_>> {
+    let mut calls: BTreeMap<String, CallInfo<'_>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for r in records {
+        match &r.body {
+            Body::ToolCall(c) => {
+                let e = calls.entry(c.call.clone()).or_insert_with(|| {
+                    order.push(c.call.clone());
+                    CallInfo {
+                        first: c,
+                        started: None,
+                        last: c,
+                        session: r.session.clone(),
+                        seq_last: r.seq,
+                        patches: Vec::new(),
+                    }
+                });
+                if c.status == CallStatus::Started && e.started.is_none() {
+                    e.started = Some(c);
+                }
+                e.last = c;
+                e.seq_last = r.seq;
+            }
+            Body::FilePatch(p) if p.source != PatchSource::Rollback => {
+                if let Some(e) = calls.get_mut(&p.call) {
+                    e.patches.push(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    calls
+}
+
+/// A failed call's declared files should hold what the call left (its last
+/// recorded patch, or the before state). One that holds something else, with
+/// no later record touching it, changed in a way nobody recorded: the call
+/// becomes uncertain and the file a conflict (T14).
+fn check_failed(
+    ws: &Workspace,
+    records: &[Record],
+    ci: &CallInfo<'_>,
+    v: &mut CallVerdict,
+    open_conflicts: &[ConflictRecord],
+    new_conflicts: &mut Vec<ConflictRecord>,
+) -> Result<(), WorkspaceError> {
+    let Some(started) = ci.started else {
+        return Ok(());
+    };
+    for b in &started.before {
+        let touched_later = records.iter().any(|r| {
+            r.seq > ci.seq_last
+                && match &r.body {
+                    Body::FilePatch(p) => p.path == b.path || p.from_path.as_ref() == Some(&b.path),
+                    Body::UserEdit(u) => u.path == b.path,
+                    _ => false,
+                }
+        });
+        if touched_later {
+            continue;
+        }
+        let left = ci
+            .patches
+            .iter()
+            .rev()
+            .find(|p| p.path == b.path)
+            .map(|p| p.after_hash)
+            .unwrap_or(b.hash);
+        let obs = writeback::observe(ws, &b.path, 0)?;
+        if obs.state.hash == left {
+            continue;
+        }
+        let conflict = raise_diverged(ws, v, b, left, &obs, open_conflicts, new_conflicts)?;
+        v.status = "uncertain";
+        v.evidence = Some("diverged");
+        v.replay = "never";
+        v.needs_person = true;
+        v.files.push(FileEvidence {
+            path: b.path.clone(),
+            verdict: "diverged",
+            before: b.hash,
+            expected: left,
+            current: obs.state.hash,
+            conflict: Some(conflict),
+        });
+    }
+    Ok(())
+}
+
+/// The pending conflict for a diverged file of call `v` (an existing open one
+/// for the same call and path, or a new one, the file's bytes stored first).
+fn raise_diverged(
+    ws: &Workspace,
+    v: &CallVerdict,
+    b: &crate::record::PathHash,
+    expected: Option<ContentHash>,
+    obs: &writeback::Observed,
+    open_conflicts: &[ConflictRecord],
+    new_conflicts: &mut Vec<ConflictRecord>,
+) -> Result<String, WorkspaceError> {
+    if let Some(c) = open_conflicts
+        .iter()
+        .chain(new_conflicts.iter())
+        .find(|c| c.action == v.call && c.path == b.path)
+    {
+        return Ok(c.conflict.clone());
+    }
+    let stored = if obs.state.hash.is_some() {
+        crate::call::snapshot(ws, &b.path)?.hash()
+    } else {
+        None
+    };
+    let c = ConflictRecord {
+        conflict: ws.clock().new_id("cf_"),
+        action: v.call.clone(),
+        path: b.path.clone(),
+        expected_hash: expected,
+        actual_hash: stored,
+        agent_patch_ref: None,
+        base_ref: b.hash,
+        agent_ref: expected.filter(|h| ws.blobs().contains(h)),
+        current_ref: stored,
+        resolution: Resolution::Pending,
+        reason: Some("uncertain_call_diverged".into()),
+        patches: Vec::new(),
+        base_mode: b.hash.and(b.mode.clone()),
+        agent_mode: None,
+        current_mode: obs.state.mode.clone(),
+        resolved_by: None,
+    };
+    let id = c.conflict.clone();
+    new_conflicts.push(c);
+    Ok(id)
+}
+
+/// Checks the files of a call that started and never ended.
+fn check_uncertain(
+    ws: &Workspace,
+    ci: &CallInfo<'_>,
+    v: &mut CallVerdict,
+    drafts: &mut Vec<Draft>,
+    open_conflicts: &[ConflictRecord],
+    new_conflicts: &mut Vec<ConflictRecord>,
+) -> Result<(), WorkspaceError> {
+    let started = ci.started.unwrap_or(ci.first);
+    if started.before.is_empty() {
+        // Nothing declared (shell, MCP, unknown): its effects are unknown.
+        v.replay = replay_for(ci.first, false, false);
+        v.needs_person = v.replay != "auto";
+        return Ok(());
+    }
+    let mut all_applied = true;
+    let mut all_before = true;
+    let mut patch_drafts = Vec::new();
+    for b in &started.before {
+        let obs = writeback::observe(ws, &b.path, 0)?;
+        let cur = obs.state.hash;
+        let applied = b.expected.is_some() && cur == b.expected;
+        let unchanged = cur == b.hash;
+        let verdict = if applied {
+            "applied"
+        } else if unchanged {
+            "not_applied"
+        } else {
+            "diverged"
+        };
+        all_applied &= applied;
+        all_before &= unchanged;
+        let mut ev = FileEvidence {
+            path: b.path.clone(),
+            verdict,
+            before: b.hash,
+            expected: b.expected,
+            current: cur,
+            conflict: None,
+        };
+        if verdict == "applied" && !unchanged {
+            let now = crate::call::snapshot(ws, &b.path)?;
+            if now.hash() == cur {
+                let before_state = match b.hash {
+                    None => crate::call::FileState::Absent,
+                    Some(h) => crate::call::FileState::File {
+                        hash: h,
+                        mode: if b.mode.as_deref() == Some("100755") {
+                            0o755
+                        } else {
+                            0o644
+                        },
+                    },
+                };
+                if let Some((d, _)) = crate::call::patch_for(
+                    ws,
+                    &v.call,
+                    v.session.as_deref(),
+                    &b.path,
+                    &before_state,
+                    &now,
+                    PatchSource::EditTool,
+                )? {
+                    patch_drafts.push(d);
+                }
+            }
+        }
+        if verdict == "diverged" {
+            ev.conflict = Some(raise_diverged(
+                ws,
+                v,
+                b,
+                b.expected,
+                &obs,
+                open_conflicts,
+                new_conflicts,
+            )?);
+        }
+        v.files.push(ev);
+    }
+    let close = |status: CallStatus, error: Option<String>| {
+        Draft::in_session(
+            v.session.clone(),
+            Body::ToolCall(ToolCall {
+                call: v.call.clone(),
+                step: ci.last.step + 1,
+                tool: v.tool.clone(),
+                status,
+                input_hash: started.input_hash,
+                risk: started.risk,
+                idempotency: started.idempotency,
+                replay_policy: started.replay_policy,
+                side_effects: started.side_effects.clone(),
+                paths: started.paths.clone(),
+                result_ref: None,
+                compensation: None,
+                error,
+                agent: Some("ckpt-recover".into()),
+                before: Vec::new(),
+            }),
+        )
+    };
+    if all_applied {
+        v.evidence = Some("applied");
+        v.replay = "no";
+        v.recovered_now = true;
+        drafts.extend(patch_drafts);
+        drafts.push(close(CallStatus::Succeeded, None));
+    } else if all_before {
+        v.evidence = Some("not_applied");
+        v.replay = replay_for(ci.first, false, true);
+        v.recovered_now = true;
+        drafts.push(close(
+            CallStatus::Failed,
+            Some("abandoned: the process stopped before the tool changed anything (found by ckpt recover)".into()),
+        ));
+    } else {
+        v.evidence = Some("diverged");
+        v.replay = "never";
+        v.needs_person = true;
+    }
+    Ok(())
+}
+
+fn describe_call(v: &CallVerdict) -> String {
+    let mut s = format!("{}({})", v.tool, v.call);
+    if !v.paths.is_empty() {
+        let shown: Vec<String> = v.paths.iter().take(3).map(|p| p.to_string()).collect();
+        s.push_str(&format!(
+            " on {}{}",
+            shown.join(", "),
+            if v.paths.len() > 3 { ", …" } else { "" }
+        ));
+    }
+    s
+}
+
+/// The text of RECOVERY.md.
+fn note(calls: &[CallVerdict], actions: &[ActionVerdict], torn: u64, now: String) -> String {
+    let mut out = format!(
+        "# Recovery note\n\nWritten by `ckpt recover` at {now}. Hand this to the model before it continues.\n"
+    );
+    if torn > 0 {
+        out.push_str(&format!(
+            "\nThe ledger ended in a half-written record ({torn} bytes); it was backed up and cut off. No acknowledged record was lost.\n"
+        ));
+    }
+    let section = |out: &mut String, title: &str, lines: Vec<String>| {
+        if !lines.is_empty() {
+            out.push_str(&format!("\n## {title}\n\n"));
+            for l in lines {
+                out.push_str(&format!("- {l}\n"));
+            }
+        }
+    };
+    let mut done = Vec::new();
+    let mut retry = Vec::new();
+    let mut failed = Vec::new();
+    let mut person = Vec::new();
+    for v in calls {
+        let d = describe_call(v);
+        match (v.status, v.evidence) {
+            ("completed", _) => done.push(format!("{d}: completed. Do not repeat it.")),
+            ("uncertain", Some("applied")) => done.push(format!(
+                "{d}: it reached the disk before the crash (the file matches the expected result); now recorded as completed. Do not repeat it."
+            )),
+            ("uncertain", Some("not_applied")) => retry.push(format!(
+                "{d}: never applied (the file is as it was before). {}",
+                if v.replay == "auto" { "Safe to run again if still wanted." } else { "Ask before running it again." }
+            )),
+            ("uncertain", Some("diverged")) => {
+                let cf: Vec<String> = v.files.iter().filter_map(|f| f.conflict.clone()).collect();
+                person.push(format!(
+                    "{d}: the file is neither as it was before nor as the call would leave it. Do not repeat it; a person must look (`ckpt show {}`).",
+                    cf.join("`, `ckpt show ")
+                ))
+            }
+            ("uncertain", _) => {
+                let text = format!(
+                    "{d} was running when the process stopped; its effects are unknown."
+                );
+                if v.replay == "auto" {
+                    retry.push(format!("{text} The catalog says it is idempotent: safe to run again."))
+                } else {
+                    person.push(format!("{text} Do not run it again without checking what it did."))
+                }
+            }
+            ("failed", _) => failed.push(format!(
+                "{d} failed{}. {}",
+                v.error
+                    .as_deref()
+                    .map(|e| format!(": {}", e.lines().next().unwrap_or("")))
+                    .unwrap_or_default(),
+                if v.replay == "auto" { "Safe to retry." } else { "Ask before retrying." }
+            )),
+            ("pending", _) => retry.push(format!("{d} was planned but never started.")),
+            _ => {}
+        }
+    }
+    let total_done = done.len();
+    if total_done > 50 {
+        let more = total_done - 50;
+        done.drain(..more);
+        done.insert(0, format!("… {more} earlier completed calls not listed"));
+    }
+    section(&mut out, "Finished — do not repeat", done);
+    section(&mut out, "Did not happen — may be retried", retry);
+    section(&mut out, "Failed", failed);
+    section(&mut out, "Needs a person", person);
+    section(
+        &mut out,
+        "ckpt's own actions",
+        actions
+            .iter()
+            .map(|a| format!("{} {}: {}", a.action_type, a.action, a.detail))
+            .collect(),
+    );
+    if calls.is_empty() && actions.is_empty() {
+        out.push_str("\nNothing was in doubt: every call ended and every action finished.\n");
+    }
+    out
+}
+
+fn write_note(ws: &Workspace, text: &str) -> Result<(), WorkspaceError> {
+    fs_util::write_atomic(
+        ws.runtime_dir().as_fd(),
+        "RECOVERY.md".as_ref(),
+        text.as_bytes(),
+        0o600,
+        false,
+    )
+    .map_err(|e| FsError::new("write", ".agent-runtime/RECOVERY.md", e).into())
+}
+
+/// JSON for the CLI (DESIGN §5 `recover`).
+pub fn to_json(r: &RecoverReport) -> serde_json::Value {
+    json!({
+        "calls": r.calls,
+        "actions": r.actions,
+        "note": r.note,
+        "needs_person": r.needs_person,
+        "torn_bytes": r.torn_bytes,
+    })
+}

@@ -1,0 +1,420 @@
+//! `ckpt recover`: the decision table of RELIABILITY T14, row by row, through
+//! real hook payloads and the real binary; crash points inside a call; torn
+//! tails; idempotence; the note.
+
+use serde_json::{Value, json};
+
+use crate::common::TestEnv;
+use crate::hooks::{hook, hook_ok};
+
+fn payload(event: &str, id: &str, tool: &str, input: Value, extra: Value) -> Vec<u8> {
+    let mut v = json!({"hook_event_name": event, "session_id": "s1", "tool_use_id": id,
+        "tool_name": tool, "tool_input": input});
+    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    v.to_string().into_bytes()
+}
+
+fn edit(env: &TestEnv, file: &str, old: &str, new: &str) -> Value {
+    json!({"file_path": env.ws.join(file).to_str().unwrap(), "old_string": old, "new_string": new})
+}
+
+fn pre(env: &TestEnv, id: &str, tool: &str, input: Value) {
+    hook_ok(
+        env,
+        "pre",
+        &payload("PreToolUse", id, tool, input, json!({})),
+    );
+}
+
+fn post(env: &TestEnv, id: &str, tool: &str, input: Value) {
+    hook_ok(
+        env,
+        "post",
+        &payload("PostToolUse", id, tool, input, json!({"tool_response": {}})),
+    );
+}
+
+fn post_failure(env: &TestEnv, id: &str, tool: &str, input: Value) {
+    hook_ok(
+        env,
+        "post-failure",
+        &payload(
+            "PostToolUseFailure",
+            id,
+            tool,
+            input,
+            json!({"error": "boom: it broke"}),
+        ),
+    );
+}
+
+fn recover(env: &TestEnv) -> (i32, Value) {
+    let r = env.ckpt(&["--json", "recover"]);
+    assert!(
+        r.code == 0 || r.code == 5,
+        "recover exit {}: {}",
+        r.code,
+        r.stderr
+    );
+    (r.code, r.json())
+}
+
+fn call<'a>(v: &'a Value, id: &str) -> &'a Value {
+    v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["call"] == id)
+        .unwrap_or_else(|| panic!("call {id} not in {v}"))
+}
+
+fn statuses(env: &TestEnv, id: &str) -> Vec<String> {
+    env.ckpt(&["log", "--json"]).json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "tool_call" && r["call"] == id)
+        .map(|r| r["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn verify_ok(env: &TestEnv) {
+    let r = env.ckpt(&["verify"]);
+    assert_eq!(r.code, 0, "verify: {}{}", r.stdout, r.stderr);
+}
+
+/// Row 1: no `started` record (the pre hook died before its append): the call
+/// is unknown to ckpt, nothing is done, nothing needs a person.
+#[test]
+fn t14_no_started_record_is_unknown_and_nothing_is_done() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    let r = hook(
+        &env,
+        "pre",
+        &payload(
+            "PreToolUse",
+            "t1",
+            "Edit",
+            edit(&env, "a.txt", "beta", "BETA"),
+            json!({}),
+        ),
+        &[("CKPT_FAILPOINTS", "hook.pre.after_snapshot=abort")],
+    );
+    assert_ne!(r.code, 0);
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["call"] != "t1")
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).unwrap(),
+        b"alpha\nbeta\n"
+    );
+    verify_ok(&env);
+}
+
+/// Row 2: started + succeeded → completed, replay `no`.
+#[test]
+fn t14_completed_call_is_completed_and_not_replayed() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    let input = edit(&env, "a.txt", "beta", "BETA");
+    pre(&env, "t1", "Edit", input.clone());
+    env.write("a.txt", b"alpha\nBETA\n");
+    post(&env, "t1", "Edit", input);
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0);
+    assert_eq!(call(&v, "t1")["status"], "completed");
+    assert_eq!(call(&v, "t1")["replay"], "no");
+    let note = std::fs::read_to_string(env.rt().join("RECOVERY.md")).unwrap();
+    assert!(
+        note.contains("Edit(t1) on a.txt: completed. Do not repeat it."),
+        "{note}"
+    );
+}
+
+/// Row 3: started + failed, file = base → failed, not applied, nothing done.
+#[test]
+fn t14_failed_call_with_file_at_base_is_failed() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    let input = edit(&env, "a.txt", "beta", "BETA");
+    pre(&env, "t1", "Edit", input.clone());
+    post_failure(&env, "t1", "Edit", input);
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    let c = call(&v, "t1");
+    assert_eq!(c["status"], "failed");
+    assert!(c.get("evidence").is_none(), "{c}");
+    assert_eq!(
+        c["replay"], "auto",
+        "an Edit is conditional/auto: safe to retry"
+    );
+}
+
+/// Row 4: started + failed, file ≠ base (and no later record explains it) →
+/// uncertain, a conflict record, exit 5; the file is not touched.
+#[test]
+fn t14_failed_call_with_changed_file_is_uncertain_with_a_conflict() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    let input = edit(&env, "a.txt", "beta", "BETA");
+    pre(&env, "t1", "Edit", input.clone());
+    post_failure(&env, "t1", "Edit", input);
+    env.write("a.txt", b"something else\n");
+    let (code, v) = recover(&env);
+    assert_eq!(code, 5, "{v}");
+    let c = call(&v, "t1");
+    assert_eq!(c["status"], "uncertain");
+    assert_eq!(c["evidence"], "diverged");
+    assert!(
+        c["files"][0]["conflict"]
+            .as_str()
+            .unwrap()
+            .starts_with("cf_")
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).unwrap(),
+        b"something else\n"
+    );
+    let cf = env.ckpt(&["--json", "conflicts"]).json();
+    assert_eq!(cf["conflicts"][0]["resolution"], "pending");
+    // A second run raises no second conflict.
+    recover(&env);
+    let cf = env.ckpt(&["--json", "conflicts"]).json();
+    assert_eq!(cf["conflicts"].as_array().unwrap().len(), 1);
+}
+
+/// Row 5: started only, file = base → not applied: closed as failed
+/// ("abandoned"), replay allowed; a second recover finds it failed.
+#[test]
+fn t14_started_only_with_file_at_base_is_abandoned() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    pre(&env, "t1", "Edit", edit(&env, "a.txt", "beta", "BETA"));
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    let c = call(&v, "t1");
+    assert_eq!(c["status"], "uncertain");
+    assert_eq!(c["evidence"], "not_applied");
+    assert_eq!(c["replay"], "auto");
+    assert_eq!(statuses(&env, "t1"), ["started", "failed"]);
+    let (_, again) = recover(&env);
+    assert_eq!(call(&again, "t1")["status"], "failed");
+    assert_eq!(
+        statuses(&env, "t1"),
+        ["started", "failed"],
+        "recover twice adds nothing"
+    );
+    verify_ok(&env);
+}
+
+/// Row 6: started only, file = predicted after (Edit, MultiEdit-like, Write
+/// creating a file) → applied: after stored, a patch and `succeeded` recorded.
+#[test]
+fn t14_started_only_with_predicted_after_is_applied_and_recorded() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    pre(&env, "t1", "Edit", edit(&env, "a.txt", "beta", "BETA"));
+    env.write("a.txt", b"alpha\nBETA\n");
+    let w = json!({"file_path": env.ws.join("new.txt").to_str().unwrap(), "content": "fresh\n"});
+    pre(&env, "t2", "Write", w);
+    env.write("new.txt", b"fresh\n");
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    for id in ["t1", "t2"] {
+        let c = call(&v, id);
+        assert_eq!(c["evidence"], "applied", "{c}");
+        assert_eq!(c["replay"], "no");
+        assert_eq!(statuses(&env, id), ["started", "succeeded"]);
+    }
+    let log = env.ckpt(&["log", "--json"]).json();
+    let patches: Vec<&Value> = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .collect();
+    assert_eq!(patches.len(), 2, "one patch per applied file");
+    // The recovered patch is as good as a hook's: rolling the call back works.
+    let r = env.ckpt(&["rollback", "--call", "t1"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).unwrap(),
+        b"alpha\nbeta\n"
+    );
+    let r = env.ckpt(&["rollback", "--call", "t2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("new.txt").exists());
+    verify_ok(&env);
+}
+
+/// Row 7: started only, file neither base nor predicted (or missing) →
+/// uncertain, conflict, never rolled back, exit 5.
+#[test]
+fn t14_started_only_with_other_content_or_missing_file_is_uncertain() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    env.write("b.txt", b"one\n");
+    pre(&env, "t1", "Edit", edit(&env, "a.txt", "beta", "BETA"));
+    env.write("a.txt", b"half written");
+    pre(&env, "t2", "Edit", edit(&env, "b.txt", "one", "ONE"));
+    std::fs::remove_file(env.ws.join("b.txt")).unwrap();
+    let (code, v) = recover(&env);
+    assert_eq!(code, 5, "{v}");
+    for id in ["t1", "t2"] {
+        let c = call(&v, id);
+        assert_eq!(c["status"], "uncertain");
+        assert_eq!(c["evidence"], "diverged");
+        assert_eq!(c["replay"], "never");
+    }
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).unwrap(),
+        b"half written"
+    );
+    assert!(
+        !env.ws.join("b.txt").exists(),
+        "never resurrected automatically"
+    );
+    let note = std::fs::read_to_string(env.rt().join("RECOVERY.md")).unwrap();
+    assert!(note.contains("## Needs a person"), "{note}");
+    assert!(note.contains("Edit(t1) on a.txt"), "{note}");
+}
+
+/// Row 8: an end without a start (post hook whose pre never ran): kept and
+/// flagged, never a crash.
+#[test]
+fn t14_post_without_pre_is_flagged() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\n");
+    let input = json!({"file_path": env.ws.join("a.txt").to_str().unwrap(), "content": "beta\n"});
+    env.write("a.txt", b"beta\n");
+    post(&env, "t9", "Write", input);
+    let (_, v) = recover(&env);
+    let c = call(&v, "t9");
+    assert_eq!(c["evidence"], "no_started_record", "{c}");
+    verify_ok(&env);
+}
+
+/// A shell call cut short: its effects are unknown; non-idempotent → a
+/// person; the note says not to run it again.
+#[test]
+fn uncertain_shell_call_needs_a_person() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\n");
+    pre(&env, "b1", "Bash", json!({"command": "make deploy"}));
+    let (code, v) = recover(&env);
+    assert_eq!(code, 5);
+    let c = call(&v, "b1");
+    assert_eq!(c["status"], "uncertain");
+    assert_eq!(c["replay"], "ask");
+    let note = std::fs::read_to_string(env.rt().join("RECOVERY.md")).unwrap();
+    assert!(
+        note.contains("Bash(b1) was running when the process stopped"),
+        "{note}"
+    );
+    assert!(
+        note.contains("Do not run it again without checking"),
+        "{note}"
+    );
+}
+
+/// A crash between a post hook's snapshot and its append: the ledger has
+/// `started` only, the file has the agent's bytes → recover says applied.
+#[test]
+fn crash_inside_the_post_hook_is_recovered_as_applied() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    let input = edit(&env, "a.txt", "beta", "BETA");
+    pre(&env, "t1", "Edit", input.clone());
+    env.write("a.txt", b"alpha\nBETA\n");
+    let r = hook(
+        &env,
+        "post",
+        &payload(
+            "PostToolUse",
+            "t1",
+            "Edit",
+            input,
+            json!({"tool_response": {}}),
+        ),
+        &[("CKPT_FAILPOINTS", "hook.post.before_append=abort")],
+    );
+    assert_ne!(r.code, 0);
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(call(&v, "t1")["evidence"], "applied");
+    verify_ok(&env);
+}
+
+/// A torn last record is cut (backed up) and said in the note; recovery goes on.
+#[test]
+fn torn_tail_is_repaired_and_reported() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    pre(&env, "t1", "Edit", edit(&env, "a.txt", "beta", "BETA"));
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(env.ledger_path())
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"v\":1,\"seq\":2,\"kind\":\"tool_ca").unwrap();
+    drop(f);
+    let (_, v) = recover(&env);
+    assert!(v["torn_bytes"].as_u64().unwrap() > 0, "{v}");
+    let note = std::fs::read_to_string(env.rt().join("RECOVERY.md")).unwrap();
+    assert!(note.contains("half-written record"), "{note}");
+    verify_ok(&env);
+}
+
+/// A rollback cut short at each of its steps is finished by `recover`.
+#[test]
+fn recover_finishes_an_interrupted_rollback() {
+    for point in [
+        "rollback.after_plan=abort",
+        "rollback.after_file=1*abort",
+        "rollback.before_rename=2*abort",
+        "rollback.before_end=abort",
+    ] {
+        let env = TestEnv::init();
+        env.write("a.txt", b"a\n");
+        env.write("b.txt", b"b\n");
+        for (id, f) in [("t1", "a.txt"), ("t2", "b.txt")] {
+            let input =
+                json!({"file_path": env.ws.join(f).to_str().unwrap(), "content": "agent\n"});
+            pre(&env, id, "Write", input.clone());
+            env.write(f, b"agent\n");
+            post(&env, id, "Write", input);
+        }
+        let r = env.ckpt_env(&["rollback", "--last", "2"], &[("CKPT_FAILPOINTS", point)]);
+        assert_ne!(
+            r.code, 0,
+            "{point}: the rollback should have been cut short"
+        );
+        let (code, v) = recover(&env);
+        assert_eq!(code, 0, "{point}: {v}");
+        assert_eq!(v["actions"][0]["status"], "finished_now", "{point}: {v}");
+        assert_eq!(
+            std::fs::read(env.ws.join("a.txt")).unwrap(),
+            b"a\n",
+            "{point}"
+        );
+        assert_eq!(
+            std::fs::read(env.ws.join("b.txt")).unwrap(),
+            b"b\n",
+            "{point}"
+        );
+        verify_ok(&env);
+        let (_, again) = recover(&env);
+        assert!(
+            again["actions"].as_array().unwrap().is_empty(),
+            "{point}: {again}"
+        );
+    }
+}
