@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench core            # full sizes (1,000,000-record ledger, 256 MiB blob)
 //! CKPT_BENCH_QUICK=1 cargo bench --bench core   # small sizes, for a smoke run
-//! CKPT_BENCH_ONLY=read cargo bench --bench core  # one group: append, read, blob
+//! CKPT_BENCH_ONLY=read cargo bench --bench core  # one group: append, read, recover, blob
 //! ```
 //!
 //! Prints a Markdown table; BENCHMARKS.md quotes it.
@@ -258,6 +258,99 @@ fn main() {
                 "{:.2}× the hash floor",
                 best_scan.as_secs_f64() / floor_hash.as_secs_f64()
             ),
+        ));
+    }
+    if want("recover") {
+        // `recover` over a 100,000-record ledger: 33,333 Edit calls (started
+        // with a before hash, file_patch, succeeded) and one call cut short.
+        let n_calls = if quick { 3_000 } else { 33_333 };
+        let dir = scratch("recover");
+        let (ws, _) = Workspace::init(&dir, Default::default()).unwrap();
+        std::fs::write(dir.join("a.txt"), b"alpha\n").unwrap();
+        let h = ContentHash::of(b"alpha\n");
+        let mut batch = Vec::new();
+        for i in 0..n_calls {
+            let call = format!("toolu_01bench{i:010}");
+            let path = ws
+                .rel_path(format!("src/f{}.rs", i % 500).as_bytes(), None)
+                .unwrap();
+            let mut started = record(i);
+            if let Body::ToolCall(c) = &mut started.body {
+                c.call = call.clone();
+                c.paths = vec![path.clone()];
+                c.before = vec![ckpt::record::PathHash {
+                    path: path.clone(),
+                    hash: Some(h),
+                    mode: Some("100644".into()),
+                    expected: Some(h),
+                }];
+            }
+            let mut done = record(i);
+            if let Body::ToolCall(c) = &mut done.body {
+                c.call = call.clone();
+                c.step = 2;
+                c.status = CallStatus::Succeeded;
+            }
+            let patch = Draft::in_session(
+                Some("bench-session-1".into()),
+                Body::FilePatch(ckpt::record::FilePatch {
+                    patch: format!("p_bench{i:010}"),
+                    call,
+                    path,
+                    op: ckpt::record::PatchOp::Modify,
+                    from_path: None,
+                    before_hash: Some(h),
+                    after_hash: Some(h),
+                    before_mode: Some("100644".into()),
+                    after_mode: Some("100644".into()),
+                    binary: false,
+                    patch_ref: None,
+                    source: ckpt::record::PatchSource::EditTool,
+                    candidates: vec![],
+                }),
+            );
+            batch.extend([started, patch, done]);
+            if batch.len() >= 3000 {
+                ws.ledger().lock().unwrap().append(&batch).unwrap();
+                batch.clear();
+            }
+        }
+        let a = ws.rel_path(b"a.txt", None).unwrap();
+        let mut cut = record(n_calls);
+        if let Body::ToolCall(c) = &mut cut.body {
+            c.paths = vec![a.clone()];
+            c.before = vec![ckpt::record::PathHash {
+                path: a,
+                hash: Some(h),
+                mode: Some("100644".into()),
+                expected: Some(ContentHash::of(b"ALPHA\n")),
+            }];
+        }
+        batch.push(cut);
+        ws.ledger().lock().unwrap().append(&batch).unwrap();
+        let records = n_calls * 3 + 1;
+        let cfg = ckpt::config::Config::default();
+        let mut runs = Vec::new();
+        let mut floor = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            let _ = ws.read_ledger().unwrap();
+            floor.push(t.elapsed());
+            let t = Instant::now();
+            let r = ckpt::recover::recover(&ws, &cfg).unwrap();
+            runs.push(t.elapsed());
+            assert!(r.total_calls >= n_calls);
+        }
+        let (r50, f50) = (pct(&mut runs, 0.5), pct(&mut floor, 0.5));
+        rows.push((
+            format!("recover on a {records}-record ledger (goal ≤ 1 s), median of 3"),
+            format!(
+                "{} = {:.2} M records/s",
+                ms(r50),
+                records as f64 / r50.as_secs_f64() / 1e6
+            ),
+            format!("typed read + chain check alone: {}", ms(f50)),
+            format!("{:.2}×", r50.as_secs_f64() / f50.as_secs_f64()),
         ));
     }
     if want("blob") {
