@@ -72,13 +72,55 @@ pub fn describe(r: &Record) -> (&'static str, String) {
             .to_lowercase(),
         ),
         Body::UserEdit(u) => ("user_edit", format!("{}", u.path)),
-        Body::Action(a) => (
-            "action",
-            format!("{} {:?} {:?}", a.action, a.action_type, a.status).to_lowercase(),
-        ),
+        Body::Action(a) => {
+            let ty = match a.action_type {
+                ckpt::record::ActionType::RollbackFiles => "rollback",
+                ckpt::record::ActionType::RestoreSession => "restore-session",
+                ckpt::record::ActionType::Compensate => "compensate",
+            };
+            let mut s = format!(
+                "{} {ty} {}",
+                a.action,
+                format!("{:?}", a.status).to_lowercase()
+            );
+            if let Some(t) = a.target.as_object().filter(|t| !t.is_empty()) {
+                let what: Vec<String> = t
+                    .iter()
+                    .map(|(k, v)| {
+                        format!(
+                            "{k} {}",
+                            v.as_str()
+                                .map(str::to_string)
+                                .unwrap_or_else(|| v.to_string())
+                        )
+                    })
+                    .collect();
+                s.push_str(&format!(" ({})", what.join(", ")));
+            }
+            let files = a
+                .plan
+                .as_ref()
+                .or(a.outcome.as_ref())
+                .and_then(|p| p.get("files"))
+                .and_then(|f| f.as_array())
+                .map(|f| f.len());
+            if let Some(n) = files {
+                s.push_str(&format!(", {n} file{}", if n == 1 { "" } else { "s" }));
+            }
+            ("action", s)
+        }
         Body::Conflict(c) => (
             "conflict",
-            format!("{} {} {:?}", c.conflict, c.path, c.resolution).to_lowercase(),
+            format!(
+                "{} {} {}{}",
+                c.conflict,
+                c.path,
+                ckpt::conflict::resolution_str(c.resolution),
+                c.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ),
         ),
         Body::Repair(rp) => (
             "repair",

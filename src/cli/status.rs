@@ -35,8 +35,9 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let mut agent_files = Vec::new();
     let mut user_edited = Vec::new();
     for (path, (after, call)) in &agent {
-        let now = ckpt::call::snapshot(&ws, path)
-            .map(|s| s.hash())
+        // Read-only: status never writes into the store.
+        let now = ckpt::writeback::observe(&ws, path, 0)
+            .map(|o| o.state.hash)
             .unwrap_or(None);
         let changed = now != *after;
         agent_files.push(serde_json::json!({"path": path, "call": call, "changed_since": changed}));
