@@ -303,6 +303,8 @@ fn main() {
                     after_hash: Some(h),
                     before_mode: Some("100644".into()),
                     after_mode: Some("100644".into()),
+                    before_perm: Some(0o644),
+                    after_perm: Some(0o644),
                     binary: false,
                     patch_ref: None,
                     source: ckpt::record::PatchSource::EditTool,

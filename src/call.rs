@@ -52,6 +52,14 @@ impl FileState {
         }
     }
 
+    /// The exact permission bits of a regular file.
+    pub fn perm(&self) -> Option<u32> {
+        match self {
+            FileState::File { mode, .. } => Some(*mode & 0o7777),
+            _ => None,
+        }
+    }
+
     /// The git-style mode string (`None` when absent).
     pub fn mode_string(&self) -> Option<String> {
         match self {
@@ -154,6 +162,8 @@ pub fn patch_for(
         after_hash: after.hash(),
         before_mode: bm,
         after_mode: am,
+        before_perm: before.perm(),
+        after_perm: after.perm(),
         binary,
         patch_ref: Some(patch_ref),
         source,
@@ -203,6 +213,8 @@ pub fn rename_patch(
         after_hash: after.hash(),
         before_mode: before.mode_string(),
         after_mode: after.mode_string(),
+        before_perm: before.perm(),
+        after_perm: after.perm(),
         binary: false,
         patch_ref: Some(patch_ref),
         source,

@@ -120,8 +120,6 @@ pub fn resolve(
         ),
         How::Manual => (Some(markers_target(ws, &c, &obs)?), Resolution::Pending),
     };
-    let mut file = None;
-    let mut action = None;
     if let Some((to, bytes)) = target {
         let _ = ws.blobs().put_bytes(&bytes)?;
         let result = match (now.hash, to.hash) {
@@ -151,10 +149,18 @@ pub fn resolve(
             conflicts: Vec::new(),
             patches: 0,
         };
-        rollback::run_plan(
+        // The conflict's new state goes into the same append as the action's
+        // end (a crash in between is finished, conflict included, by the
+        // next command).
+        let mut settled = next.clone();
+        settled.resolution = resolution;
+        settled.resolved_by = Some(act.clone());
+        settled.actual_hash = report.files[0].to.hash;
+        rollback::run_plan_settling(
             ws,
             &mut report,
             json!({"resolve": id, "resolution": if how == How::Manual { "manual" } else { "apply_agent" }}),
+            Some(settled.clone()),
         )?;
         let f = report.files.remove(0);
         if matches!(f.result, FileResult::Raced | FileResult::Failed) {
@@ -164,24 +170,21 @@ pub fn resolve(
                 f.note.as_deref().unwrap_or("changed while resolving")
             )));
         }
-        next.actual_hash = f.to.hash;
-        next.resolved_by = Some(act.clone());
-        file = Some(f);
-        action = Some(act);
+        return Ok(Resolved {
+            conflict: settled,
+            file: Some(f),
+            action: Some(act),
+        });
     }
     next.resolution = resolution;
     ws.ledger()
         .lock()?
         .append(&[Draft::new(Body::Conflict(next.clone()))])?;
-    if resolution == Resolution::Pending {
-        rollback::write_conflict_file(ws, &next)?;
-    } else {
-        remove_conflict_file(ws, id);
-    }
+    remove_conflict_file(ws, id);
     Ok(Resolved {
         conflict: next,
-        file,
-        action,
+        file: None,
+        action: None,
     })
 }
 
@@ -338,7 +341,7 @@ fn has_markers(b: &[u8]) -> bool {
     false
 }
 
-fn remove_conflict_file(ws: &Workspace, id: &str) {
+pub(crate) fn remove_conflict_file(ws: &Workspace, id: &str) {
     if let Ok(dir) = fs_util::open_dir(ws.runtime_dir().as_fd(), "conflicts") {
         let _ = rustix::fs::unlinkat(
             &dir,

@@ -311,6 +311,13 @@ pub struct FilePatch {
     /// git-style mode after.
     #[serde(default)]
     pub after_mode: Option<String>,
+    /// Exact permission bits before (regular files), so a rollback gives back
+    /// `0600` as `0600`, not as git's `100644`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_perm: Option<u32>,
+    /// Exact permission bits after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_perm: Option<u32>,
     /// True when either side is binary (NUL in the first 8000 bytes).
     #[serde(default)]
     pub binary: bool,

@@ -391,11 +391,24 @@ struct Planner<'w> {
     info: BTreeMap<RelPath, PathInfo>,
 }
 
-fn side(hash: Option<ContentHash>, mode: &Option<String>) -> PathState {
+fn side(hash: Option<ContentHash>, mode: &Option<String>, perm: Option<u32>) -> PathState {
     PathState {
         hash,
         mode: hash.and(mode.clone()),
-        perm: None,
+        perm: hash.and(perm),
+    }
+}
+
+/// The permission bits to give back with `before`: exactly the recorded
+/// ones when the file is absent or still has the bits the agent left;
+/// otherwise the file's own bits with only the exec bit following `before`
+/// (older records carry no exact bits).
+fn perm_back(before: &PathState, after: &PathState, cur: &PathState) -> Option<u32> {
+    match before.perm {
+        Some(bp) if cur.hash.is_none() || (after.perm.is_some() && cur.perm == after.perm) => {
+            Some(bp)
+        }
+        _ => cur.perm,
     }
 }
 
@@ -505,8 +518,8 @@ impl<'w> Planner<'w> {
     }
 
     fn decide(&self, p: &FilePatch, cur: &Virtual) -> Result<Decision, WorkspaceError> {
-        let after = side(p.after_hash, &p.after_mode);
-        let before = side(p.before_hash, &p.before_mode);
+        let after = side(p.after_hash, &p.after_mode, p.after_perm);
+        let before = side(p.before_hash, &p.before_mode, p.before_perm);
         let c = &cur.state;
         if same_content(c, &after) {
             if before.hash.is_none() {
@@ -536,7 +549,11 @@ impl<'w> Planner<'w> {
                     },
                 }
             } else {
-                file_state(before.hash, before.mode.as_deref(), c.perm)
+                file_state(
+                    before.hash,
+                    before.mode.as_deref(),
+                    perm_back(&before, &after, c),
+                )
             };
             return Ok(Decision::Set(
                 Virtual {
@@ -596,7 +613,11 @@ impl<'w> Planner<'w> {
                         perm: c.perm,
                     }
                 } else {
-                    file_state(Some(ContentHash::of(&out)), before.mode.as_deref(), c.perm)
+                    file_state(
+                        Some(ContentHash::of(&out)),
+                        before.mode.as_deref(),
+                        perm_back(&before, &after, c),
+                    )
                 };
                 Ok(Decision::Set(
                     Virtual {
@@ -675,11 +696,15 @@ impl<'w> Planner<'w> {
         if blocked {
             return Ok(());
         }
-        let after = side(p.after_hash, &p.after_mode);
-        let before = side(p.before_hash, &p.before_mode);
+        let after = side(p.after_hash, &p.after_mode, p.after_perm);
+        let before = side(p.before_hash, &p.before_mode, p.before_perm);
         let (cur_to, cur_from) = (self.cur[&to].state.clone(), self.cur[from].state.clone());
         if same_content(&cur_to, &after) && kind(&cur_from) == Kind::Absent {
-            let state = file_state(before.hash, before.mode.as_deref(), cur_to.perm);
+            let state = file_state(
+                before.hash,
+                before.mode.as_deref(),
+                perm_back(&before, &after, &cur_to),
+            );
             let moved = self.cur[&to].bytes.clone();
             self.cur.insert(
                 to.clone(),
@@ -785,7 +810,7 @@ fn plan(
                 orig.clone(),
                 Some(conflict_reason_text(reason).to_string()),
             )
-        } else if fin.same(&orig) {
+        } else if fin.same(&orig) && (fin.perm.is_none() || fin.perm == orig.perm) {
             (FileResult::Unchanged, orig.clone(), None)
         } else if fin.hash.is_none() {
             (FileResult::Deleted, fin, None)
@@ -850,6 +875,7 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
             if chained && same_doubt {
                 net.after_hash = p.after_hash;
                 net.after_mode = p.after_mode.clone();
+                net.after_perm = p.after_perm;
                 net.binary |= p.binary;
                 net.patch_ref = p.patch_ref.clone();
                 net.patch = p.patch.clone();
@@ -959,6 +985,18 @@ pub(crate) fn run_plan(
     report: &mut RollbackReport,
     target: Value,
 ) -> Result<(), WorkspaceError> {
+    run_plan_settling(ws, report, target, None)
+}
+
+/// [`run_plan`] for a resolve: `settle` (the conflict's new state) is appended
+/// in the same write as the action's end, unless the file raced or failed, so
+/// no crash can leave the file written and the conflict unsettled.
+pub(crate) fn run_plan_settling(
+    ws: &Workspace,
+    report: &mut RollbackReport,
+    target: Value,
+    settle: Option<ConflictRecord>,
+) -> Result<(), WorkspaceError> {
     let action = report.action.clone();
     let plan_value = json!({
         "files": report.files,
@@ -983,7 +1021,7 @@ pub(crate) fn run_plan(
     }
     crate::failpoint::hit("rollback.after_plan")
         .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
-    execute_and_end(ws, &action, &mut report.files, false)
+    execute_and_end(ws, &action, &mut report.files, false, settle)
 }
 
 /// Writes each planned file, then appends its `file_patch` records and the
@@ -993,6 +1031,7 @@ fn execute_and_end(
     action: &str,
     files: &mut [PlannedFile],
     resumed: bool,
+    settle: Option<ConflictRecord>,
 ) -> Result<(), WorkspaceError> {
     let mut written: Vec<(RelPath, FileState)> = Vec::new();
     let mut drafts = Vec::new();
@@ -1051,6 +1090,10 @@ fn execute_and_end(
             o
         })
         .collect();
+    let settle = settle.filter(|_| !failed);
+    if let Some(c) = &settle {
+        drafts.push(Draft::new(Body::Conflict(c.clone())));
+    }
     drafts.push(Draft::new(Body::Action(ActionRecord {
         action: action.to_string(),
         action_type: ActionType::RollbackFiles,
@@ -1066,6 +1109,13 @@ fn execute_and_end(
     crate::failpoint::hit("rollback.before_end")
         .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
     ws.ledger().lock()?.append(&drafts)?;
+    if let Some(c) = &settle {
+        if c.resolution == Resolution::Pending {
+            write_conflict_file(ws, c)?;
+        } else {
+            crate::conflict::remove_conflict_file(ws, &c.conflict);
+        }
+    }
     clear_pending(ws.runtime_dir(), action);
     crate::hook::note_written(ws, &written, action)?;
     Ok(())
@@ -1182,11 +1232,47 @@ pub(crate) fn finish_action_locked(
     let Some(mut files) = unfinished_plan(records, action) else {
         return Ok(None);
     };
-    execute_and_end(ws, action, &mut files, true)?;
+    let settle = resumed_settle(records, action, &files);
+    execute_and_end(ws, action, &mut files, true, settle)?;
     Ok(Some(Finished {
         action: action.to_string(),
         files,
     }))
+}
+
+/// For an interrupted resolve (`target: {"resolve": id, "resolution": …}`),
+/// the conflict's new state, as [`crate::conflict::resolve`] would have
+/// recorded it.
+fn resumed_settle(
+    records: &[Record],
+    action: &str,
+    files: &[PlannedFile],
+) -> Option<ConflictRecord> {
+    let target = records.iter().find_map(|r| match &r.body {
+        Body::Action(a) if a.action == action && a.status == ActionStatus::Started => {
+            Some(a.target.clone())
+        }
+        _ => None,
+    })?;
+    let id = target.get("resolve")?.as_str()?;
+    let manual = target.get("resolution")?.as_str()? == "manual";
+    let mut c = crate::conflict::list(records)
+        .into_iter()
+        .find(|c| c.conflict == id)?;
+    if c.resolution != Resolution::Pending {
+        return None;
+    }
+    let f = files.first()?;
+    c.current_ref = f.from.hash;
+    c.current_mode = f.from.mode.clone();
+    c.actual_hash = f.to.hash;
+    c.resolved_by = Some(action.to_string());
+    c.resolution = if manual {
+        Resolution::Pending
+    } else {
+        Resolution::ApplyAgent
+    };
+    Some(c)
 }
 
 /// The plan of `action` if it started and never ended.

@@ -12,6 +12,7 @@ mod ledger_torn;
 mod merge_vs_git;
 mod path_corpus;
 mod recover;
+mod rollback;
 mod rollback_props;
 mod shell;
 

@@ -51,7 +51,12 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             "say what to roll back: --to CKPT, --call C, --session S, --last N or --action A",
         ));
     };
-    let ws = ctx.open()?;
+    // A dry run writes nothing, not even to finish an interrupted rollback.
+    let ws = if args.dry_run {
+        ctx.open_read_only()?
+    } else {
+        ctx.open()?
+    };
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     let report = rollback::rollback(
