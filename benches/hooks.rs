@@ -10,6 +10,8 @@
 //! Every ckpt figure is whole processes of the real binary (what an agent
 //! pays), durable (fsync on). Workspaces live in `target/bench-workspaces/`.
 
+#[path = "common/hookrun.rs"]
+mod hookrun;
 #[path = "common/workload.rs"]
 mod workload;
 
@@ -20,51 +22,20 @@ use std::time::{Duration, Instant};
 
 use workload::{Stats, fmt_ms};
 
-fn ckpt() -> &'static str {
-    env!("CARGO_BIN_EXE_ckpt")
-}
-
 fn hook(ws: &Path, phase: &str, payload: &str) -> Duration {
-    let t = Instant::now();
-    let mut child = Command::new(ckpt())
-        .args(["hook", phase])
-        .env("CKPT_WORKSPACE", ws)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ckpt");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let d = t.elapsed();
-    assert!(
-        out.status.success(),
-        "ckpt hook {phase} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d
+    hookrun::hook(ckpt(), ws, phase, payload)
 }
 
 fn bash(ws: &Path, event: &str, id: &str) -> String {
-    serde_json::json!({
-        "session_id": "bench", "cwd": ws, "hook_event_name": event, "tool_name": "Bash",
-        "tool_input": {"command": "make"}, "tool_use_id": id,
-    })
-    .to_string()
+    hookrun::bash(ws, event, id, "make")
 }
 
 fn edit(ws: &Path, event: &str, id: &str, file: &Path) -> String {
-    serde_json::json!({
-        "session_id": "bench", "cwd": ws, "hook_event_name": event, "tool_name": "Edit",
-        "tool_input": {"file_path": ws.join(file), "old_string": "x", "new_string": "y"},
-        "tool_use_id": id,
-    })
-    .to_string()
+    hookrun::edit(ws, event, id, file)
+}
+
+fn ckpt() -> &'static str {
+    env!("CARGO_BIN_EXE_ckpt")
 }
 
 fn dir_bytes(p: &Path) -> u64 {

@@ -383,10 +383,17 @@ fn checkpoint(
         user_edits: flush_user_edits(ws, ev.session.as_deref())?,
         ..Default::default()
     };
-    let extra = ev
-        .transcript_path
-        .as_ref()
-        .map(|t| serde_json::json!({"transcript_path": t, "agent": ev.format.as_str()}));
+    let extra = ev.transcript_path.as_ref().map(|t| {
+        let mut x = serde_json::json!({"transcript_path": t, "agent": ev.format.as_str()});
+        // Where the conversation was, for `restore-session --claude` (read
+        // from the file's last 256 KiB; omitted when it cannot be found).
+        if ev.format == capture::Format::Claude
+            && let Some(u) = crate::claude_transcript::last_uuid(std::path::Path::new(t))
+        {
+            x["transcript_last_uuid"] = serde_json::json!(u);
+        }
+        x
+    });
     let rec = ws.checkpoint(CheckpointOptions {
         label,
         session: ev.session.clone(),

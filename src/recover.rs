@@ -178,7 +178,12 @@ pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, Workspace
                     let left = f
                         .files
                         .iter()
-                        .filter(|x| matches!(x.result, rollback::FileResult::Raced | rollback::FileResult::Failed))
+                        .filter(|x| {
+                            matches!(
+                                x.result,
+                                rollback::FileResult::Raced | rollback::FileResult::Failed
+                            )
+                        })
                         .count();
                     ActionVerdict {
                         action: id,
@@ -200,14 +205,31 @@ pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, Workspace
                 action: id,
                 action_type: "restore_session",
                 status: "interrupted",
-                detail: "the session restore did not finish; run the same `ckpt restore-session` again".into(),
+                detail:
+                    "the session restore did not finish; run the same `ckpt restore-session` again"
+                        .into(),
             },
-            ActionType::Compensate => ActionVerdict {
-                action: id,
-                action_type: "compensate",
-                status: "interrupted",
-                detail: "the compensation was started but its end was never recorded: it may or may not have run; check, then `ckpt compensate --force` only if it did not".into(),
-            },
+            ActionType::Compensate => {
+                let call = records
+                    .iter()
+                    .find_map(|r| match &r.body {
+                        Body::Action(a) if a.action == id => a
+                            .target
+                            .get("call")
+                            .and_then(|c| c.as_str())
+                            .map(str::to_string),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| "CALL".into());
+                ActionVerdict {
+                    action: id,
+                    action_type: "compensate",
+                    status: "interrupted",
+                    detail: format!(
+                        "the compensation of {call} was started but its end was never recorded: it may or may not have run; check, then `ckpt compensate {call} --force` only if it did not"
+                    ),
+                }
+            }
         };
         actions.push(verdict);
     }

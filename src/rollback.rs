@@ -191,7 +191,19 @@ pub fn rollback(
         let id = ws.clock().new_id("act_");
         return plan(ws, cfg, &read.records, opts, id);
     }
-    let _lock = ActionLock::take(ws)?;
+    let lock = ActionLock::take(ws)?;
+    rollback_locked(ws, cfg, opts, &lock)
+}
+
+/// [`rollback`] for a caller that already holds the [`ActionLock`] (e.g.
+/// `restore_session --with-files`, which runs the rollback inside its own
+/// action). Never a dry run.
+pub(crate) fn rollback_locked(
+    ws: &Workspace,
+    cfg: &Config,
+    opts: &RollbackOptions,
+    _lock: &ActionLock,
+) -> Result<RollbackReport, WorkspaceError> {
     finish_interrupted_locked(ws)?;
     crate::hook::flush_user_edits(ws, None)?;
     let read = ws.read_ledger()?;

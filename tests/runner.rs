@@ -5,6 +5,7 @@ mod common;
 
 mod blob_integrity;
 mod cli_basic;
+mod compensate;
 mod hooks;
 mod ledger_concurrency;
 mod ledger_tamper;
@@ -14,6 +15,7 @@ mod path_corpus;
 mod recover;
 mod rollback;
 mod rollback_props;
+mod session;
 mod shell;
 
 #[test]

@@ -535,6 +535,16 @@ pub fn git_version() -> io::Result<String> {
 // ---------------------------------------------------------------------------------------------
 // Generation
 
+/// Where generated workspaces are kept: `$CKPT_BENCH_DIR` when set (e.g. a copy of another
+/// checkout's cache, so that two benches running at once never share a tree), else
+/// `<manifest dir>/target/bench-workspaces`.
+pub fn bench_dir(manifest_dir: &str) -> PathBuf {
+    match std::env::var_os("CKPT_BENCH_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => Path::new(manifest_dir).join("target/bench-workspaces"),
+    }
+}
+
 /// A generated (or reused) workspace.
 #[derive(Clone, Debug)]
 pub struct Generated {
@@ -726,6 +736,12 @@ static EDITS: AtomicU64 = AtomicU64::new(0);
 /// replacing three lines and inserting one, chosen from `seed`. The content always changes.
 pub fn edit_file(path: &Path, seed: u64) -> io::Result<()> {
     let data = fs::read(path)?;
+    fs::write(path, edit_bytes(&data, seed))
+}
+
+/// The content [`edit_file`] would write over `data`: three lines replaced and one inserted,
+/// chosen from `seed` (for callers that write files through ckpt's library instead).
+pub fn edit_bytes(data: &[u8], seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(sub_seed(seed, 5));
     let mut lines: Vec<Vec<u8>> = data
         .split_inclusive(|&b| b == b'\n')
@@ -745,7 +761,7 @@ pub fn edit_file(path: &Path, seed: u64) -> io::Result<()> {
     let inserted = format!("// edited by bench: seed {seed}, edit {count}\n").into_bytes();
     let at = rng.below(lines.len() + 1);
     lines.insert(at, inserted);
-    fs::write(path, lines.concat())
+    lines.concat()
 }
 
 /// Edits each of `files` (relative to `root`) with [`edit_file`], with seeds derived from `seed`.

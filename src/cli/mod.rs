@@ -2,6 +2,7 @@
 //! arguments, makes one library call and renders the result.
 
 mod checkpoint;
+mod compensate;
 mod conflicts;
 mod demo;
 mod diff;
@@ -13,7 +14,9 @@ mod log;
 mod recover;
 mod render;
 mod resolve;
+mod restore_session;
 mod rollback;
+mod session;
 mod show;
 mod status;
 pub mod ui;
@@ -63,6 +66,12 @@ enum Command {
     Conflicts(conflicts::Args),
     /// Settle a conflict: keep your file, apply the agent's undo, or merge by hand
     Resolve(resolve::Args),
+    /// The session tree: append entries, show a branch, list the leaves
+    Session(session::Args),
+    /// Move a session back to a checkpoint or entry (a `branch` entry; nothing deleted)
+    RestoreSession(restore_session::Args),
+    /// Run a call's registered compensation (undo an external side effect), at most once
+    Compensate(compensate::Args),
     /// After a crash: classify every call, finish unfinished actions, write RECOVERY.md
     Recover(recover::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
@@ -228,6 +237,9 @@ pub fn main() -> i32 {
         Command::Rollback(a) => rollback::run(&mut ui, &ctx, a),
         Command::Conflicts(a) => conflicts::run(&mut ui, &ctx, a),
         Command::Resolve(a) => resolve::run(&mut ui, &ctx, a),
+        Command::Session(a) => session::run(&mut ui, &ctx, a),
+        Command::RestoreSession(a) => restore_session::run(&mut ui, &ctx, a),
+        Command::Compensate(a) => compensate::run(&mut ui, &ctx, a),
         Command::Recover(a) => recover::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
