@@ -5,6 +5,8 @@
 //! cargo bench --bench hooks               # W1 and W2
 //! CKPT_BENCH_W3=1 cargo bench --bench hooks
 //! CKPT_BENCH_QUICK=1 cargo bench --bench hooks
+//! CKPT_BENCH_ONLY=edit cargo bench --bench hooks   # first use + Edit rows only
+//! CKPT_BENCH_BIN=/path/to/other/ckpt cargo bench --bench hooks  # compare builds
 //! ```
 //!
 //! Every ckpt figure is whole processes of the real binary (what an agent
@@ -35,7 +37,10 @@ fn edit(ws: &Path, event: &str, id: &str, file: &Path) -> String {
 }
 
 fn ckpt() -> &'static str {
-    env!("CARGO_BIN_EXE_ckpt")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("CKPT_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ckpt").to_string())
+    })
 }
 
 fn dir_bytes(p: &Path) -> u64 {
@@ -83,6 +88,7 @@ fn main() {
         return;
     }
     let quick = std::env::var("CKPT_BENCH_QUICK").is_ok();
+    let edit_only = std::env::var("CKPT_BENCH_ONLY").is_ok_and(|v| v == "edit");
     let mut specs = vec![workload::W1, workload::W2];
     if std::env::var("CKPT_BENCH_W3").is_ok() {
         specs.push(workload::W3);
@@ -192,6 +198,12 @@ fn main() {
             col,
             format!("{per_edit} B"),
         );
+
+        if edit_only {
+            let _ = std::fs::remove_dir_all(&rt);
+            workload::restore(&ws).unwrap();
+            continue;
+        }
 
         // Shadow git after a one-file edit, on the same tree.
         let shadow = base.join(format!("{}-shadow", spec.name));

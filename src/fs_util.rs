@@ -95,14 +95,201 @@ pub fn random_u64() -> u64 {
 }
 
 /// `fsync`s a directory so that new or renamed entries in it survive a crash.
+/// While a [`SyncSet`] is collecting, the sync is queued for its flush instead.
 pub fn fsync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
     // A rename or create is only durable once the directory holding the entry is
     // synced; ext4's auto_da_alloc is not something to rely on (RELIABILITY B6).
     if crate::durability_off() {
         return Ok(());
     }
+    if queue(dir, SyncKind::Dir)? {
+        return Ok(());
+    }
     rustix::fs::fsync(dir)?;
     Ok(())
+}
+
+/// [`fsync_dir`], never queued: for the ledger's own directory entries.
+pub fn fsync_dir_now(dir: BorrowedFd<'_>) -> io::Result<()> {
+    if crate::durability_off() {
+        return Ok(());
+    }
+    rustix::fs::fsync(dir)?;
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SyncKind {
+    Data,
+    /// `fdatasync`, then set the permission bits (see [`sync_data_then_mode`]).
+    DataThenMode(u32),
+    Dir,
+}
+
+/// One queued sync: its own handle on the file or directory, what to do, and
+/// (for directories) the inode, so a directory is synced once.
+struct Queued {
+    fd: OwnedFd,
+    kind: SyncKind,
+    dir_id: Option<(u64, u64)>,
+}
+
+thread_local! {
+    /// Syncs queued while a [`SyncSet`] is collecting on this thread (`None`:
+    /// not collecting). Per thread, so one thread's set never holds back
+    /// another thread's sync, nor is flushed by it.
+    static QUEUED: std::cell::RefCell<Option<Vec<Queued>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// More queued syncs than this are run at once (bounded open handles).
+const MAX_QUEUED: usize = 256;
+
+/// At most this many threads run queued syncs.
+const SYNC_THREADS: usize = 8;
+
+/// Queues a sync of `fd` when a [`SyncSet`] is collecting; returns whether it did.
+fn queue(fd: BorrowedFd<'_>, kind: SyncKind) -> io::Result<bool> {
+    QUEUED.with_borrow_mut(|q| {
+        let Some(list) = q.as_mut() else {
+            return Ok(false);
+        };
+        let dir_id = if kind == SyncKind::Dir {
+            // One fsync per directory, however many entries changed in it.
+            let st = rustix::fs::fstat(fd)?;
+            let id = (st.st_dev, st.st_ino);
+            if list.iter().any(|q| q.dir_id == Some(id)) {
+                return Ok(true);
+            }
+            Some(id)
+        } else {
+            None
+        };
+        if list.len() >= MAX_QUEUED {
+            run_syncs(&std::mem::take(list))?;
+        }
+        list.push(Queued {
+            fd: rustix::io::fcntl_dupfd_cloexec(fd, 0)?,
+            kind,
+            dir_id,
+        });
+        Ok(true)
+    })
+}
+
+/// True while a [`SyncSet`] is collecting this thread's syncs (they are not
+/// done yet when the calls return).
+pub fn collecting() -> bool {
+    QUEUED.with_borrow(Option::is_some)
+}
+
+/// Makes every sync this thread queued so far durable now (see [`SyncSet`]); a
+/// no-op when nothing is queued. The ledger calls it before every append, so a
+/// record is never written before the content it names is durable.
+pub fn flush_queued() -> io::Result<()> {
+    let list = QUEUED.with_borrow_mut(|q| q.as_mut().map(std::mem::take).unwrap_or_default());
+    run_syncs(&list)
+}
+
+/// Runs the syncs at once: concurrent `fdatasync`/`fsync` calls share journal
+/// commits (ext4's jbd2, xfs's log force), so a hook that stored a blob and a
+/// patch waits for about one commit instead of four in a row. The first error
+/// is returned (after every sync has been tried).
+fn run_syncs(list: &[Queued]) -> io::Result<()> {
+    let one = |q: &Queued| -> io::Result<()> {
+        match q.kind {
+            SyncKind::Data => rustix::fs::fdatasync(&q.fd)?,
+            SyncKind::DataThenMode(mode) => {
+                rustix::fs::fdatasync(&q.fd)?;
+                // Best effort: a file left as it was is only synced again by
+                // whoever finds it.
+                let _ = rustix::fs::fchmod(&q.fd, Mode::from_raw_mode(mode));
+            }
+            SyncKind::Dir => rustix::fs::fsync(&q.fd)?,
+        }
+        Ok(())
+    };
+    if list.len() <= 1 {
+        return list.iter().try_for_each(one);
+    }
+    let next = AtomicU64::new(0);
+    let work = || -> io::Result<()> {
+        let mut result = Ok(());
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+            let Some(q) = list.get(i) else {
+                return result;
+            };
+            let r = one(q);
+            if result.is_ok() {
+                result = r;
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        let helpers: Vec<_> = (1..list.len().min(SYNC_THREADS))
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn_scoped(s, work)
+                    .ok()
+            })
+            .collect();
+        // This thread works too (alone, if no helper could be started).
+        let mut result = work();
+        for h in helpers {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    })
+}
+
+/// Collects the syncs of blobs, patches and other content written while it is
+/// alive and runs them together, concurrently, at [`flush`](SyncSet::flush) (or
+/// before the next ledger append, whichever comes first): the per-call form of
+/// "data before pointers" (one short wait instead of a fsync per file, without
+/// the whole-file-system `syncfs` of a batch). Content is renamed into place
+/// before its sync; nothing names it until the flush is done. Dropped without
+/// `flush`, it still syncs what was queued. Not nestable: an inner one is inert.
+pub struct SyncSet {
+    active: bool,
+}
+
+impl SyncSet {
+    /// Starts collecting this thread's syncs (unless a set already is).
+    pub fn start() -> SyncSet {
+        let active = QUEUED.with_borrow_mut(|q| {
+            if q.is_some() {
+                return false;
+            }
+            *q = Some(Vec::new());
+            true
+        });
+        SyncSet { active }
+    }
+
+    /// Syncs everything queued and stops collecting.
+    pub fn flush(mut self) -> io::Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        if !std::mem::take(&mut self.active) {
+            return Ok(());
+        }
+        let list = QUEUED.with_borrow_mut(Option::take).unwrap_or_default();
+        run_syncs(&list)
+    }
+}
+
+impl Drop for SyncSet {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
 }
 
 /// Makes everything written so far durable with one `syncfs` of the file
@@ -130,7 +317,34 @@ pub fn reset_deferred() {
 }
 
 /// `fdatasync`s a file, unless tests switched durability off (`CKPT_TEST_FSYNC=0`).
+/// While a [`SyncSet`] is collecting, the sync is queued for its flush instead.
 pub fn sync_data(f: &File) -> io::Result<()> {
+    if crate::durability_off() {
+        return Ok(());
+    }
+    if queue(f.as_fd(), SyncKind::Data)? {
+        return Ok(());
+    }
+    f.sync_data()
+}
+
+/// [`sync_data`] for a file that is published before its sync is done (a blob
+/// stored inside a [`SyncSet`], created with other permission bits to say so):
+/// when the sync is queued, the file gets `mode` once it is done. Returns true
+/// when it was queued; otherwise the sync (if durability is on) is done.
+pub fn sync_data_then_mode(f: &File, mode: u32) -> io::Result<bool> {
+    if crate::durability_off() {
+        return Ok(false);
+    }
+    if queue(f.as_fd(), SyncKind::DataThenMode(mode))? {
+        return Ok(true);
+    }
+    f.sync_data()?;
+    Ok(false)
+}
+
+/// [`sync_data`], never queued: the ledger's own `fdatasync`.
+pub fn sync_data_now(f: &File) -> io::Result<()> {
     if crate::durability_off() {
         return Ok(());
     }
@@ -378,6 +592,13 @@ impl Confined {
         let Some(parent) = parent else {
             return Ok(rustix::io::dup(&self.root)?);
         };
+        // Usually the directory is there: one confined open instead of a
+        // mkdirat + openat per component.
+        // Any failure takes the careful path below, which creates what is
+        // missing and names what is unsafe.
+        if let Ok(fd) = self.open_dir_beneath(parent) {
+            return Ok(fd);
+        }
         let mut cur = rustix::io::dup(&self.root)?;
         for c in parent.split(|&b| b == b'/') {
             let name = OsStr::from_bytes(c);

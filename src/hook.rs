@@ -353,8 +353,10 @@ fn call_id(ws: &Workspace, ev: &HookEvent) -> (String, String) {
 /// Runs the hook for one event.
 pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
     match ev.phase {
-        Phase::Pre => pre(ws, cfg, ev),
-        Phase::Post | Phase::PostFailure => post(ws, cfg, ev),
+        // The syncs of the call's blobs and patch run together, just before the
+        // ledger append that names them (`Ledger::lock` flushes the set).
+        Phase::Pre => with_sync_set(|| pre(ws, cfg, ev)),
+        Phase::Post | Phase::PostFailure => with_sync_set(|| post(ws, cfg, ev)),
         Phase::Prompt => {
             let label = ev
                 .prompt
@@ -372,6 +374,23 @@ pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, Ho
             checkpoint(ws, ev, Some(label))
         }
     }
+}
+
+/// Runs `f` with a [`fs_util::SyncSet`] collecting its syncs; what is still
+/// queued at the end (content no record names yet) is synced then.
+fn with_sync_set(f: impl FnOnce() -> Result<HookStats, HookError>) -> Result<HookStats, HookError> {
+    let set = fs_util::SyncSet::start();
+    let r = f();
+    let flushed = set.flush().map_err(|e| {
+        HookError::from(WorkspaceError::from(FsError::new(
+            "sync",
+            ".agent-runtime",
+            e,
+        )))
+    });
+    let stats = r?;
+    flushed?;
+    Ok(stats)
 }
 
 fn checkpoint(

@@ -423,6 +423,9 @@ impl Ledger {
 
     /// Takes the writer lock, validates the tail and repairs a torn last record.
     pub fn lock(&self) -> Result<LedgerLock<'_>, LedgerError> {
+        // Content this process wrote for the records to come is made durable
+        // before them (and outside the lock, so other writers do not wait on it).
+        fs_util::flush_queued().map_err(|e| io_err("sync the content named by", e))?;
         let lock_fd = rustix::fs::openat(
             &*self.rt,
             LOCK_FILE,
@@ -480,7 +483,8 @@ impl Ledger {
         if !existed {
             rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600))
                 .map_err(|e| io_err("chmod", e))?;
-            fs_util::fsync_dir(self.rt.as_fd()).map_err(|e| io_err("sync the directory of", e))?;
+            fs_util::fsync_dir_now(self.rt.as_fd())
+                .map_err(|e| io_err("sync the directory of", e))?;
         }
         let (tail, torn) = scan_tail(&mut file, st.st_size as u64)?;
         let mut guard = LedgerLock {
@@ -947,6 +951,8 @@ impl LedgerLock<'_> {
 
     /// Appends records in one `write` and one `fdatasync`.
     pub fn append(&mut self, drafts: &[Draft]) -> Result<Vec<Appended>, LedgerError> {
+        // Anything queued since the lock was taken is durable before the records.
+        fs_util::flush_queued().map_err(|e| io_err("sync the content named by", e))?;
         let mut buf = Vec::new();
         let mut out = Vec::with_capacity(drafts.len());
         let mut seq = self.tail.seq;
@@ -964,7 +970,7 @@ impl LedgerLock<'_> {
             .write_all(&buf)
             .map_err(|e| io_err("append to", e))?;
         failpoint::hit("ledger.before_fdatasync").map_err(|e| io_err("append to", e))?;
-        if let Err(e) = fs_util::sync_data(&self.file) {
+        if let Err(e) = fs_util::sync_data_now(&self.file) {
             // fsyncgate: never retry, never report success; leave a flag behind.
             let _ = fs_util::write_atomic(
                 self.ledger.rt.as_fd(),
@@ -1001,13 +1007,13 @@ impl LedgerLock<'_> {
             .map_err(|e| io_err("create a backup of", e))?;
         b.write_all(&all)
             .map_err(|e| io_err("write a backup of", e))?;
-        fs_util::sync_data(&b).map_err(|e| io_err("sync a backup of", e))?;
-        fs_util::fsync_dir(rt).map_err(|e| io_err("sync the directory of", e))?;
+        fs_util::sync_data_now(&b).map_err(|e| io_err("sync a backup of", e))?;
+        fs_util::fsync_dir_now(rt).map_err(|e| io_err("sync the directory of", e))?;
         failpoint::hit("ledger.repair.before_truncate").map_err(|e| io_err("repair", e))?;
         self.file
             .set_len(torn.offset)
             .map_err(|e| io_err("truncate", e))?;
-        fs_util::sync_data(&self.file).map_err(|e| io_err("sync", e))?;
+        fs_util::sync_data_now(&self.file).map_err(|e| io_err("sync", e))?;
         crate::trace::event(
             rt,
             &self.ledger.clock,

@@ -1036,6 +1036,9 @@ pub(crate) fn run_plan_settling(
     execute_and_end(ws, &action, &mut report.files, false, settle)
 }
 
+/// Above this many files a rollback syncs in two batches instead of per file.
+const BATCH_FROM: usize = 8;
+
 /// Writes each planned file, then appends its `file_patch` records and the
 /// action's end, and clears the pending marker.
 fn execute_and_end(
@@ -1047,48 +1050,75 @@ fn execute_and_end(
 ) -> Result<(), WorkspaceError> {
     let mut written: Vec<(RelPath, FileState)> = Vec::new();
     let mut drafts = Vec::new();
-    let batch = crate::hook::BatchDurability::start(ws);
-    for f in files.iter_mut() {
-        if !f.result.writes() {
-            continue;
+    // Few files: each temp file and directory is synced on its own. Many: the
+    // temp files are written unsynced and made durable by one syncfs before
+    // the first rename, the renames and patches by one more before the end
+    // is recorded (data before pointers either way, RELIABILITY B4).
+    let writes = files.iter().filter(|f| f.result.writes()).count();
+    let batch = (writes > BATCH_FROM).then(|| crate::hook::BatchDurability::start(ws));
+    // In chunks, so the open directory handles of prepared files stay few.
+    let idx: Vec<usize> = (0..files.len())
+        .filter(|&i| files[i].result.writes())
+        .collect();
+    for chunk in idx.chunks(256) {
+        let mut prepared = Vec::with_capacity(chunk.len());
+        for &i in chunk {
+            if resumed {
+                writeback::sweep_temps_near(ws, &files[i].path);
+            }
+            prepared.push(writeback::prepare(ws, &files[i].path, &files[i].to));
         }
-        if resumed {
-            writeback::sweep_temps_near(ws, &f.path);
+        if batch.is_some() {
+            fs_util::sync_all_under(ws.files().root())
+                .map_err(|e| FsError::new("sync", "the workspace", e))?;
         }
-        match writeback::replace(ws, &f.path, &f.from, &f.to) {
-            Ok(Written::Done) | Ok(Written::AlreadyThere) => {
-                let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
-                if let Some((d, _)) = call::patch_for(
-                    ws,
-                    action,
-                    None,
-                    &f.path,
-                    &before,
-                    &after,
-                    PatchSource::Rollback,
-                )? {
-                    drafts.push(d);
+        for (&i, p) in chunk.iter().zip(prepared) {
+            let f = &mut files[i];
+            let outcome = match p {
+                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to),
+                Ok(None) => Ok(Written::AlreadyThere),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(Written::Done) | Ok(Written::AlreadyThere) => {
+                    let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
+                    if let Some((d, _)) = call::patch_for(
+                        ws,
+                        action,
+                        None,
+                        &f.path,
+                        &before,
+                        &after,
+                        PatchSource::Rollback,
+                    )? {
+                        drafts.push(d);
+                    }
+                    written.push((f.path.clone(), after));
                 }
-                written.push((f.path.clone(), after));
+                Ok(Written::Raced(now)) => {
+                    f.result = FileResult::Raced;
+                    f.note = Some(format!(
+                        "changed while the rollback ran (now {}); left as it is",
+                        now.hash
+                            .map(|h| h.short())
+                            .unwrap_or_else(|| "absent".into())
+                    ));
+                }
+                Err(e) => {
+                    f.result = FileResult::Failed;
+                    f.note = Some(crate::error_line(&e));
+                }
             }
-            Ok(Written::Raced(now)) => {
-                f.result = FileResult::Raced;
-                f.note = Some(format!(
-                    "changed while the rollback ran (now {}); left as it is",
-                    now.hash
-                        .map(|h| h.short())
-                        .unwrap_or_else(|| "absent".into())
-                ));
-            }
-            Err(e) => {
-                f.result = FileResult::Failed;
-                f.note = Some(crate::error_line(&e));
-            }
+            crate::failpoint::hit("rollback.after_file").map_err(|e| {
+                WorkspaceError::Io(FsError::new("roll back", f.path.to_string(), e))
+            })?;
         }
-        crate::failpoint::hit("rollback.after_file")
-            .map_err(|e| WorkspaceError::Io(FsError::new("roll back", f.path.to_string(), e)))?;
     }
-    batch.finish()?;
+    if let Some(batch) = batch {
+        fs_util::sync_all_under(ws.files().root())
+            .map_err(|e| FsError::new("sync", "the workspace", e))?;
+        batch.finish()?;
+    }
     let failed = files
         .iter()
         .any(|f| matches!(f.result, FileResult::Raced | FileResult::Failed));

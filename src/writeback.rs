@@ -1,13 +1,14 @@
 //! Writing a user file back (RELIABILITY B4): the one place where ckpt replaces
 //! a file in the workspace on the user's behalf (rollback, resolve).
 //!
-//! For each file: the new content is prepared and synced under a temp name in
-//! the file's own directory (opened beneath the workspace root, never through a
-//! symlink); then the file is checked against the state the decision was made
-//! on (its content hash and mode — a compare-and-swap by hand, as POSIX has
-//! none); then it is re-`stat`ed and renamed over the name (or unlinked, or
-//! renamed with `RENAME_NOREPLACE` when the path must still be free); then the
-//! directory is synced. If the file moved at any of those steps, nothing is
+//! For each file: [`prepare`] writes the new content under a temp name in the
+//! file's own directory (opened beneath the workspace root, never through a
+//! symlink) and syncs it — or, in a batch, leaves one `syncfs` to do that
+//! before any rename; then [`commit`] checks the file against the state the
+//! decision was made on (its content hash and mode — a compare-and-swap by
+//! hand, as POSIX has none), re-`stat`s it and renames the temp file over the
+//! name (or unlinks it, or renames with `RENAME_NOREPLACE` when the path must
+//! still be free), and syncs the directory (or leaves it to the batch). If the file moved at any of those steps, nothing is
 //! overwritten and the caller hears [`Written::Raced`]. The window left is one
 //! `fstatat` + `rename`: an editor writing inside it can still be overwritten,
 //! and that is documented in ARCHITECTURE.md.
@@ -233,16 +234,32 @@ pub enum Written {
     Raced(PathState),
 }
 
-/// Replaces `rel` — which must hold `expect` — with `target` (content taken
-/// from the blob store, re-hashed on the way), atomically; see the module doc.
-pub fn replace(
+/// A write-back whose new content sits, written (and synced unless a batch
+/// defers it), under a temp name in the target's directory.
+pub struct Prepared {
+    rel: RelPath,
+    dir: OwnedFd,
+    tmp: Option<String>,
+}
+
+impl Prepared {
+    fn discard(&self) {
+        if let Some(t) = &self.tmp {
+            let _ = rustix::fs::unlinkat(&self.dir, t.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// Step 1 of a write-back: opens (creating, never through a symlink) the
+/// directory of `rel` and writes `target`'s content there under a temp name,
+/// from the blob store, re-hashed on the way. `None` when `target` is absent
+/// and so is the directory (nothing to do).
+pub fn prepare(
     ws: &Workspace,
     rel: &RelPath,
-    expect: &PathState,
     target: &PathState,
-) -> Result<Written, WorkspaceError> {
-    let (parent, name) = rel.split_parent();
-    let name = OsStr::from_bytes(name);
+) -> Result<Option<Prepared>, WorkspaceError> {
+    let (parent, _) = rel.split_parent();
     let dir: OwnedFd = if target.hash.is_some() {
         ws.files()
             .create_parents(rel)
@@ -254,51 +271,80 @@ pub fn replace(
                 if e.kind() == io::ErrorKind::NotFound
                     || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
             {
-                // The parent is gone, so the path is absent: the target.
-                return Ok(Written::AlreadyThere);
+                return Ok(None);
             }
             Err(e) => return Err(io_err("open the directory of", rel, e)),
         }
     };
-    let tmp = fs_util::temp_name(".ckpt-tmp-");
-    let prepared = prepare(ws, dir.as_fd(), &tmp, target).map_err(|e| match e {
-        Prep::Io(e) => io_err("write a temp file for", rel, e),
-        Prep::Blob(b) => WorkspaceError::Blob(b),
-    });
-    let cleanup = |dir: &OwnedFd| {
-        if target.hash.is_some() {
-            let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
-        }
+    let tmp = target.hash.map(|_| fs_util::temp_name(".ckpt-tmp-"));
+    let p = Prepared {
+        rel: rel.clone(),
+        dir,
+        tmp,
     };
-    if let Err(e) = prepared {
-        cleanup(&dir);
-        return Err(e);
+    if let Some(t) = &p.tmp {
+        if let Err(e) = write_temp(ws, p.dir.as_fd(), t, target) {
+            p.discard();
+            return Err(match e {
+                Prep::Io(e) => io_err("write a temp file for", rel, e),
+                Prep::Blob(b) => WorkspaceError::Blob(b),
+            });
+        }
+        fs_util::note_deferred();
     }
-    let result = (|| -> Result<Written, WorkspaceError> {
-        let now = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
-        if now.state.same(target) && (target.perm.is_none() || now.state.perm == target.perm) {
-            return Ok(Written::AlreadyThere);
-        }
-        if !now.state.same(expect) {
-            return Ok(Written::Raced(now.state));
-        }
-        crate::failpoint::hit("rollback.before_rename").map_err(|e| io_err("replace", rel, e))?;
-        // The last look: anything that moved since it was hashed is a race.
-        let again = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Some(key_of(&st)),
-            Err(rustix::io::Errno::NOENT) => None,
-            Err(e) => return Err(io_err("inspect", rel, e)),
-        };
-        if again != now.stat {
-            let moved = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
-            return Ok(Written::Raced(moved.state));
-        }
-        if target.hash.is_none() {
-            rustix::fs::unlinkat(&dir, name, AtFlags::empty())
+    Ok(Some(p))
+}
+
+/// Step 2: checks that the path still holds `expect` (or already holds
+/// `target`), re-`stat`s it, and renames the prepared content over it (or
+/// unlinks it); anything that moved is [`Written::Raced`] and nothing is
+/// written. The temp file never outlives this call.
+pub fn commit(
+    p: Prepared,
+    expect: &PathState,
+    target: &PathState,
+) -> Result<Written, WorkspaceError> {
+    let result = commit_inner(&p, expect, target);
+    if !matches!(result, Ok(Written::Done)) {
+        p.discard();
+    }
+    result
+}
+
+fn commit_inner(
+    p: &Prepared,
+    expect: &PathState,
+    target: &PathState,
+) -> Result<Written, WorkspaceError> {
+    let rel = &p.rel;
+    let dir = &p.dir;
+    let (_, name) = rel.split_parent();
+    let name = OsStr::from_bytes(name);
+    let now = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
+    if now.state.same(target) && (target.perm.is_none() || now.state.perm == target.perm) {
+        return Ok(Written::AlreadyThere);
+    }
+    if !now.state.same(expect) {
+        return Ok(Written::Raced(now.state));
+    }
+    crate::failpoint::hit("rollback.before_rename").map_err(|e| io_err("replace", rel, e))?;
+    // The last look: anything that moved since it was hashed is a race.
+    let again = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Some(key_of(&st)),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(e) => return Err(io_err("inspect", rel, e)),
+    };
+    if again != now.stat {
+        let moved = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
+        return Ok(Written::Raced(moved.state));
+    }
+    match &p.tmp {
+        None => {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty())
                 .map_err(|e| io_err("remove", rel, e))?;
-        } else if expect.hash.is_none() && !expect.is_other_kind() {
-            match rustix::fs::renameat_with(&dir, tmp.as_str(), &dir, name, RenameFlags::NOREPLACE)
-            {
+        }
+        Some(tmp) if expect.hash.is_none() && !expect.is_other_kind() => {
+            match rustix::fs::renameat_with(dir, tmp.as_str(), dir, name, RenameFlags::NOREPLACE) {
                 Ok(()) => {}
                 Err(rustix::io::Errno::EXIST) => {
                     let moved =
@@ -307,17 +353,29 @@ pub fn replace(
                 }
                 Err(e) => return Err(io_err("rename into place", rel, e)),
             }
-        } else {
-            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
+        }
+        Some(tmp) => {
+            rustix::fs::renameat(dir, tmp.as_str(), dir, name)
                 .map_err(|e| io_err("rename into place", rel, e))?;
         }
-        fs_util::fsync_dir(dir.as_fd()).map_err(|e| io_err("sync the directory of", rel, e))?;
-        Ok(Written::Done)
-    })();
-    if !matches!(result, Ok(Written::Done)) {
-        cleanup(&dir);
     }
-    result
+    fs_util::fsync_dir(dir.as_fd()).map_err(|e| io_err("sync the directory of", rel, e))?;
+    fs_util::note_deferred();
+    Ok(Written::Done)
+}
+
+/// Replaces `rel` — which must hold `expect` — with `target`: [`prepare`]
+/// then [`commit`], durably (see the module doc).
+pub fn replace(
+    ws: &Workspace,
+    rel: &RelPath,
+    expect: &PathState,
+    target: &PathState,
+) -> Result<Written, WorkspaceError> {
+    match prepare(ws, rel, target)? {
+        Some(p) => commit(p, expect, target),
+        None => Ok(Written::AlreadyThere),
+    }
 }
 
 impl PathState {
@@ -332,7 +390,12 @@ enum Prep {
 }
 
 /// Writes the target under `tmp` in `dir` and syncs it (nothing for an absent target).
-fn prepare(ws: &Workspace, dir: BorrowedFd<'_>, tmp: &str, target: &PathState) -> Result<(), Prep> {
+fn write_temp(
+    ws: &Workspace,
+    dir: BorrowedFd<'_>,
+    tmp: &str,
+    target: &PathState,
+) -> Result<(), Prep> {
     let Some(hash) = &target.hash else {
         return Ok(());
     };

@@ -52,19 +52,74 @@ pub struct Args {
 /// Reads stdin up to the cap, giving up after `timeout` (a stalled writer must
 /// not hang the agent).
 fn read_stdin(timeout: Duration) -> Result<Vec<u8>, HookInputError> {
+    let mut head = Vec::new();
+    if let Some(done) = read_stdin_ready(&mut head) {
+        return done;
+    }
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
-        let r = capture::read_capped(&mut stdin as &mut dyn Read, capture::MAX_STDIN);
+        let cap = capture::MAX_STDIN - head.len();
+        let r = capture::read_capped(&mut stdin as &mut dyn Read, cap).map(|rest| {
+            head.extend_from_slice(&rest);
+            head
+        });
         let _ = tx.send(r);
     });
     match rx.recv_timeout(timeout) {
+        Ok(Err(HookInputError::TooLarge { .. })) => Err(HookInputError::TooLarge {
+            cap: capture::MAX_STDIN,
+        }),
         Ok(r) => r,
         Err(_) => Err(HookInputError::Read(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("stdin was not closed within {} ms", timeout.as_millis()),
         ))),
     }
+}
+
+/// The common case without a watchdog thread: the agent wrote the payload and
+/// closed the pipe before the hook got here, so non-blocking reads reach the end
+/// of it. Returns `None` (with what was read so far in `head`) when the writer
+/// is still going or stdin is not a pipe: the caller then reads the rest with a
+/// timeout.
+fn read_stdin_ready(head: &mut Vec<u8>) -> Option<Result<Vec<u8>, HookInputError>> {
+    use rustix::fs::{FileType, OFlags};
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let st = rustix::fs::fstat(fd).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Fifo {
+        return None;
+    }
+    let flags = rustix::fs::fcntl_getfl(fd).ok()?;
+    if flags.contains(OFlags::NONBLOCK) {
+        return None;
+    }
+    rustix::fs::fcntl_setfl(fd, flags | OFlags::NONBLOCK).ok()?;
+    let mut chunk = vec![0u8; 64 * 1024];
+    let outcome = loop {
+        match rustix::io::read(fd, &mut chunk) {
+            Ok(0) => break Some(Ok(())),
+            Ok(n) => {
+                head.extend_from_slice(&chunk[..n]);
+                if head.len() > capture::MAX_STDIN {
+                    break Some(Err(HookInputError::TooLarge {
+                        cap: capture::MAX_STDIN,
+                    }));
+                }
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::AGAIN) => break None,
+            Err(e) => break Some(Err(HookInputError::Read(e.into()))),
+        }
+    };
+    // Put the pipe back as it was: it may be shared with the agent.
+    if rustix::fs::fcntl_setfl(fd, flags).is_err() && outcome.is_none() {
+        return Some(Err(HookInputError::Read(std::io::Error::other(
+            "cannot make stdin blocking again",
+        ))));
+    }
+    outcome.map(|r| r.map(|()| std::mem::take(head)))
 }
 
 pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
