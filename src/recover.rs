@@ -201,14 +201,28 @@ pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, Workspace
                 }
                 None => continue,
             },
-            ActionType::RestoreSession => ActionVerdict {
-                action: id,
-                action_type: "restore_session",
-                status: "interrupted",
-                detail:
-                    "the session restore did not finish; run the same `ckpt restore-session` again"
-                        .into(),
-            },
+            ActionType::RestoreSession => {
+                let at = crate::session::interrupted(&records)
+                    .into_iter()
+                    .find(|r| r.action == id);
+                let detail = match at {
+                    Some(r) if r.session_at() == "new_branch" => format!(
+                        "the session {} moved to its new branch but the restore's end was not recorded; the next `ckpt restore-session` records it",
+                        r.session.as_deref().unwrap_or("?")
+                    ),
+                    Some(r) => format!(
+                        "the restore of session {} did not finish: the session is still at its old leaf; run the same `ckpt restore-session` again",
+                        r.session.as_deref().unwrap_or("?")
+                    ),
+                    None => "the session restore did not finish; run the same `ckpt restore-session` again".into(),
+                };
+                ActionVerdict {
+                    action: id,
+                    action_type: "restore_session",
+                    status: "interrupted",
+                    detail,
+                }
+            }
             ActionType::Compensate => {
                 let call = records
                     .iter()

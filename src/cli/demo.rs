@@ -1,6 +1,8 @@
 //! `ckpt demo`: builds a scratch workspace and plays a story through the
-//! library, narrating each step. Later issues extend the story (hooks, rollback
-//! with a conflict, a crash and recovery, restore-session).
+//! library, narrating each step: agent calls fed as Claude Code hook payloads,
+//! a user edit, a shell command, verify and tamper detection, a rollback that
+//! keeps a user edit and raises a conflict, a crash mid-call and `recover`,
+//! and a restore-session that keeps the abandoned branch.
 
 use std::path::{Path, PathBuf};
 
@@ -436,9 +438,190 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
             ),
         )?;
     }
+    // 9. A crash in the middle of tool calls, then `ckpt recover`.
+    let fix_in = serde_json::json!({"file_path": format!("{ws_path}/src/main.rs"),
+        "old_string": "println!(\"hello\");", "new_string": "println!(\"hello, world\");", "replace_all": false});
+    feed(
+        Phase::Pre,
+        with(
+            common("PreToolUse"),
+            serde_json::json!({"tool_name": "Edit", "tool_input": fix_in, "tool_use_id": "toolu_demo_crash"}),
+        ),
+    )?;
+    let main_now =
+        std::fs::read_to_string(dir.join("src/main.rs")).map_err(|e| fail("reading", e))?;
+    std::fs::write(
+        dir.join("src/main.rs"),
+        main_now.replace("println!(\"hello\");", "println!(\"hello, world\");"),
+    )
+    .map_err(|e| fail("writing", e))?;
+    feed(
+        Phase::Pre,
+        with(
+            common("PreToolUse"),
+            serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "cargo publish"}, "tool_use_id": "toolu_demo_publish"}),
+        ),
+    )?;
+    say(
+        ui,
+        &mut narrate,
+        "\n9. The agent edits src/main.rs (the edit reaches the disk) and starts `cargo publish`;\n   the agent process is killed before either PostToolUse arrives.",
+    )?;
+    let rec = ckpt::recover::recover(&ws, &cfg).map_err(|e| fail("recovering", e))?;
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "   $ ckpt recover   → exit {}",
+            if rec.needs_person {
+                "5: a person is needed"
+            } else {
+                "0"
+            }
+        ),
+    )?;
+    for c in rec.calls.iter().filter(|c| c.status == "uncertain") {
+        say(
+            ui,
+            &mut narrate,
+            &format!(
+                "     {} {:<18} {:<12} replay: {}",
+                c.tool,
+                c.call,
+                c.evidence.unwrap_or("effects unknown"),
+                c.replay
+            ),
+        )?;
+    }
+    say(
+        ui,
+        &mut narrate,
+        "   .agent-runtime/RECOVERY.md, to hand the model:",
+    )?;
+    for l in rec.note_text.lines().filter(|l| {
+        l.contains("toolu_demo_crash") || l.contains("toolu_demo_publish") || l.starts_with("## ")
+    }) {
+        say(ui, &mut narrate, &format!("     {l}"))?;
+    }
+    let applied = rec
+        .calls
+        .iter()
+        .any(|c| c.call == "toolu_demo_crash" && c.evidence == Some("applied"));
+    let publish_flagged = rec.needs_person
+        && rec
+            .calls
+            .iter()
+            .any(|c| c.call == "toolu_demo_publish" && c.status == "uncertain");
+
+    // 10. The conversation goes back to a checkpoint; nothing is deleted.
+    use ckpt::record::EntryType;
+    use ckpt::session;
+    let sid = "demo-conversation";
+    let msg = |role: &str, text: &str| serde_json::json!({"role": role, "text": text});
+    let fail_s = |e: ckpt::WorkspaceError| fail("recording the session", e);
+    session::append(
+        &ws,
+        sid,
+        EntryType::Message,
+        msg("user", "Add a greeting module"),
+        None,
+    )
+    .map_err(fail_s)?;
+    session::append(
+        &ws,
+        sid,
+        EntryType::AppState,
+        serde_json::json!({"mode": "edit", "model": "demo"}),
+        None,
+    )
+    .map_err(fail_s)?;
+    session::append(
+        &ws,
+        sid,
+        EntryType::Message,
+        msg("assistant", "Added src/greet.rs"),
+        None,
+    )
+    .map_err(fail_s)?;
+    let records = ws.read_ledger().map_err(fail_s)?.records;
+    let cp = ws
+        .checkpoint(CheckpointOptions {
+            label: Some("greeting done".into()),
+            session: Some(sid.into()),
+            session_leaf: session::leaf(&records, sid),
+            ..Default::default()
+        })
+        .map_err(fail_s)?;
+    session::append(
+        &ws,
+        sid,
+        EntryType::Message,
+        msg("user", "Now publish it"),
+        None,
+    )
+    .map_err(fail_s)?;
+    session::append(
+        &ws,
+        sid,
+        EntryType::Message,
+        msg("assistant", "Running cargo publish…"),
+        None,
+    )
+    .map_err(fail_s)?;
+    let rs = session::restore_session(
+        &ws,
+        &cfg,
+        &session::RestoreOptions {
+            session: sid.into(),
+            to: cp.checkpoint.clone(),
+            with_files: false,
+            claude: false,
+        },
+    )
+    .map_err(|e| fail("restoring the session", e))?;
+    let records = ws.read_ledger().map_err(fail_s)?.records;
+    let view = session::show(&records, sid);
+    let leaves = session::branches(&records, sid);
+    let texts: Vec<String> = view
+        .entries
+        .iter()
+        .filter_map(|e| {
+            e.payload
+                .get("text")
+                .and_then(|t| t.as_str())
+                .map(str::to_string)
+        })
+        .collect();
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "\n10. $ ckpt restore-session --session {sid} --to {}\n    → branch entry {}; the conversation now reads: {}\n    the abandoned branch (\"Now publish it\") is still there: {} leaves ($ ckpt session branches)",
+            cp.checkpoint,
+            rs.branch_entry.as_deref().unwrap_or("?"),
+            texts
+                .iter()
+                .map(|t| format!("\"{t}\""))
+                .collect::<Vec<_>>()
+                .join(" → "),
+            leaves.len()
+        ),
+    )?;
+    let restored = texts == ["Add a greeting module", "Added src/greet.rs"]
+        && leaves.len() == 2
+        && view.app_state.is_some();
+
     let after = ws.verify().map_err(|e| fail("verifying", e))?;
-    let ok =
-        report.ok && !bad.ok && kept_todo && mode_back && others_back && conflict_ok && after.ok;
+    let ok = report.ok
+        && !bad.ok
+        && kept_todo
+        && mode_back
+        && others_back
+        && conflict_ok
+        && applied
+        && publish_flagged
+        && restored
+        && after.ok;
     say(
         ui,
         &mut narrate,
