@@ -936,7 +936,8 @@ fn store_contents(
     pl: &Planner<'_>,
     report: &mut RollbackReport,
 ) -> Result<(), WorkspaceError> {
-    let batch = crate::hook::BatchDurability::start(ws);
+    // Synced together, before the plan that names them is appended.
+    let set = fs_util::SyncSet::start();
     for f in report.files.iter_mut() {
         if !(f.result.writes() || f.result == FileResult::Conflict) {
             continue;
@@ -985,7 +986,8 @@ fn store_contents(
             }
         }
     }
-    batch.finish()
+    set.flush()
+        .map_err(|e| FsError::new("sync", ".agent-runtime/artifacts/blobs", e).into())
 }
 
 // ---------------------------------------------------------------- doing
@@ -1036,9 +1038,6 @@ pub(crate) fn run_plan_settling(
     execute_and_end(ws, &action, &mut report.files, false, settle)
 }
 
-/// Above this many files a rollback syncs in two batches instead of per file.
-const BATCH_FROM: usize = 8;
-
 /// Writes each planned file, then appends its `file_patch` records and the
 /// action's end, and clears the pending marker.
 fn execute_and_end(
@@ -1050,12 +1049,12 @@ fn execute_and_end(
 ) -> Result<(), WorkspaceError> {
     let mut written: Vec<(RelPath, FileState)> = Vec::new();
     let mut drafts = Vec::new();
-    // Few files: each temp file and directory is synced on its own. Many: the
-    // temp files are written unsynced and made durable by one syncfs before
-    // the first rename, the renames and patches by one more before the end
-    // is recorded (data before pointers either way, RELIABILITY B4).
-    let writes = files.iter().filter(|f| f.result.writes()).count();
-    let batch = (writes > BATCH_FROM).then(|| crate::hook::BatchDurability::start(ws));
+    // Syncs are queued and run together, concurrently (they share journal
+    // commits): the temp files' data before the first rename of their chunk,
+    // the directories and patch artifacts before the end is appended (the
+    // ledger flushes the queue first). Data before pointers, RELIABILITY B4,
+    // without a whole-file-system syncfs.
+    let set = fs_util::SyncSet::start();
     // In chunks, so the open directory handles of prepared files stay few.
     let idx: Vec<usize> = (0..files.len())
         .filter(|&i| files[i].result.writes())
@@ -1068,10 +1067,7 @@ fn execute_and_end(
             }
             prepared.push(writeback::prepare(ws, &files[i].path, &files[i].to));
         }
-        if batch.is_some() {
-            fs_util::sync_all_under(ws.files().root())
-                .map_err(|e| FsError::new("sync", "the workspace", e))?;
-        }
+        fs_util::flush_queued().map_err(|e| FsError::new("sync", "the workspace", e))?;
         for (&i, p) in chunk.iter().zip(prepared) {
             let f = &mut files[i];
             let outcome = match p {
@@ -1114,11 +1110,8 @@ fn execute_and_end(
             })?;
         }
     }
-    if let Some(batch) = batch {
-        fs_util::sync_all_under(ws.files().root())
-            .map_err(|e| FsError::new("sync", "the workspace", e))?;
-        batch.finish()?;
-    }
+    set.flush()
+        .map_err(|e| FsError::new("sync", "the workspace", e))?;
     let failed = files
         .iter()
         .any(|f| matches!(f.result, FileResult::Raced | FileResult::Failed));
@@ -1183,15 +1176,21 @@ fn state_dir(rt: &OwnedFd) -> Result<OwnedFd, WorkspaceError> {
 }
 
 fn write_pending(rt: &OwnedFd, action: &str) -> Result<(), WorkspaceError> {
+    // A hint for the next command, not a record: written atomically but not
+    // synced (after a power loss `ckpt recover` still finds the action in the
+    // ledger).
     let dir = state_dir(rt)?;
-    fs_util::write_atomic(
+    let was = crate::durability_off();
+    crate::set_deferred(true);
+    let r = fs_util::write_atomic(
         dir.as_fd(),
         "pending_action".as_ref(),
         action.as_bytes(),
         0o600,
         false,
-    )
-    .map_err(|e| FsError::new("write", ".agent-runtime/state/pending_action", e).into())
+    );
+    crate::set_deferred(was);
+    r.map_err(|e| FsError::new("write", ".agent-runtime/state/pending_action", e).into())
 }
 
 fn read_pending(rt: &OwnedFd) -> Option<String> {
