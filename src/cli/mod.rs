@@ -54,7 +54,7 @@ enum Command {
     Checkpoint(checkpoint::Args),
     /// Show the timeline: checkpoints, calls, patches, actions, user edits
     Log(log::Args),
-    /// Show one checkpoint, call or patch, with its diff
+    /// Show one checkpoint, call, patch, action or conflict (conflicts: the three-way view)
     Show(show::Args),
     /// Files the agent changed, files changed since, open conflicts, calls in doubt
     Status(status::Args),
