@@ -121,8 +121,13 @@ impl BlobStore {
     fn stored(&self, h: &ContentHash) -> Option<(u64, u32)> {
         let (fan, rest) = rel_name(h);
         let blobs = self.blobs_dir().ok()?;
-        let fanfd = fs_util::open_dir(blobs.as_fd(), &fan).ok()?;
-        match rustix::fs::statat(&fanfd, rest.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        // One `fstatat` of `xx/yyy…` (no open of the fan-out directory): this
+        // runs for every file a call or a rollback touches.
+        match rustix::fs::statat(
+            blobs,
+            format!("{fan}/{rest}").as_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
                 Some((st.st_size as u64, st.st_mode & 0o777))
             }
@@ -289,14 +294,15 @@ impl BlobStore {
     fn open(&self, h: &ContentHash) -> Result<File, BlobError> {
         let (fan, rest) = rel_name(h);
         let blobs = self.blobs_dir()?;
-        let fanfd = match fs_util::open_dir(blobs.as_fd(), &fan) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(BlobError::Missing(*h)),
-            Err(_) => return Err(BlobError::NotRegular(*h)),
-        };
-        match fs_util::open_regular_at(fanfd.as_fd(), OsStr::new(&rest)) {
+        // One open of `xx/yyy…` (the file itself never through a symlink, its
+        // bytes re-hashed by every reader) instead of two.
+        let path = format!("{fan}/{rest}");
+        match fs_util::open_regular_at(blobs.as_fd(), OsStr::new(&path)) {
             Ok(f) => Ok(f),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(BlobError::Missing(*h)),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
+                Err(BlobError::NotRegular(*h))
+            }
             Err(e) if e.to_string().starts_with("E_NOT_REGULAR") => Err(BlobError::NotRegular(*h)),
             Err(e) => Err(Self::err("open", "artifacts/blobs", e)),
         }

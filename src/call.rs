@@ -240,10 +240,18 @@ pub fn write_patch_artifact(
             e,
         ))
     };
-    let (art, _) =
-        crate::fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts").map_err(err)?;
-    let (dir, _) =
-        crate::fs_util::open_or_create_private_dir(art.as_fd(), "patches").map_err(err)?;
+    // Usually there: one open (the last component never a symlink) instead
+    // of two mkdirat + two openat per patch.
+    let dir = match crate::fs_util::open_dir(rt.as_fd(), "artifacts/patches") {
+        Ok(d) => d,
+        Err(_) => {
+            let (art, _) =
+                crate::fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts").map_err(err)?;
+            crate::fs_util::open_or_create_private_dir(art.as_fd(), "patches")
+                .map_err(err)?
+                .0
+        }
+    };
     let name = format!("{id}.diff");
     crate::fs_util::write_atomic(dir.as_fd(), name.as_ref(), diff, 0o600, true).map_err(err)?;
     crate::fs_util::note_deferred();
