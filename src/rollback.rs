@@ -386,6 +386,9 @@ struct PathInfo {
     conflict: Option<(&'static str, FilePatch)>,
     failed: Option<String>,
     note: Option<&'static str>,
+    /// For the two paths of an undone rename: the other one, and whether this
+    /// is the path the file moves back to.
+    renamed: Option<(RelPath, bool)>,
 }
 
 enum Decision {
@@ -731,6 +734,12 @@ impl<'w> Planner<'w> {
                 Bytes::InStore
             };
             self.cur.insert(from.clone(), Virtual { state, bytes });
+            if let Some(i) = self.info.get_mut(&to) {
+                i.renamed = Some((from.clone(), false));
+            }
+            if let Some(i) = self.info.get_mut(from) {
+                i.renamed = Some((to.clone(), true));
+            }
             return Ok(());
         }
         if kind(&cur_to) == Kind::Absent && same_content(&cur_from, &before) {
@@ -825,9 +834,17 @@ fn plan(
         } else if fin.same(&orig) && (fin.perm.is_none() || fin.perm == orig.perm) {
             (FileResult::Unchanged, orig.clone(), None)
         } else if fin.hash.is_none() {
-            (FileResult::Deleted, fin, None)
+            let note = match &info.renamed {
+                Some((other, false)) => Some(format!("renamed back to {other}")),
+                _ => None,
+            };
+            (FileResult::Deleted, fin, note)
         } else if orig.hash.is_none() {
-            (FileResult::Recreated, fin, None)
+            let note = match &info.renamed {
+                Some((other, true)) => Some(format!("renamed back from {other}")),
+                _ => None,
+            };
+            (FileResult::Recreated, fin, note)
         } else if info.merged {
             (FileResult::Merged, fin, info.note.map(str::to_string))
         } else {

@@ -315,6 +315,19 @@ fn every_kind_of_agent_change_is_undone_byte_for_byte() {
             ("tool.sh", "restored"),
         ],
     );
+    // The two rows of an undone rename say so.
+    let note = |p: &str| {
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == p)
+            .and_then(|f| f["note"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(note("moved.txt"), "renamed back to old.txt");
+    assert_eq!(note("old.txt"), "renamed back from moved.txt");
     // Everything — bytes, modes (0640 and 0600 included), the symlink as a
     // symlink with its old target, the files it pointed at — is as before.
     assert_eq!(ws_tree(&env), before);
