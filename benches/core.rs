@@ -331,7 +331,6 @@ fn main() {
         batch.push(cut);
         ws.ledger().lock().unwrap().append(&batch).unwrap();
         let records = n_calls * 3 + 1;
-        let cfg = ckpt::config::Config::default();
         let mut runs = Vec::new();
         let mut floor = Vec::new();
         for _ in 0..3 {
@@ -339,7 +338,7 @@ fn main() {
             let _ = ws.read_ledger().unwrap();
             floor.push(t.elapsed());
             let t = Instant::now();
-            let r = ckpt::recover::recover(&ws, &cfg).unwrap();
+            let r = ckpt::recover::recover(&ws).unwrap();
             runs.push(t.elapsed());
             assert!(r.total_calls >= n_calls);
         }

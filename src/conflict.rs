@@ -193,19 +193,11 @@ fn store_current(
     c: &ConflictRecord,
     obs: &writeback::Observed,
 ) -> Result<PathState, WorkspaceError> {
-    if let Some(h) = obs.state.hash
-        && !ws.blobs().contains(&h)
-    {
-        let stored = match &obs.bytes {
-            Some(b) => ws.blobs().put_bytes(b)?,
-            None => crate::call::snapshot(ws, &c.path)?.hash().unwrap_or(h),
-        };
-        if stored != h {
-            return Err(refused(format!(
-                "`{}` is changing right now; try again when it is still",
-                c.path
-            )));
-        }
+    if writeback::store_observed(ws, &c.path, obs)? != obs.state.hash {
+        return Err(refused(format!(
+            "`{}` is changing right now; try again when it is still",
+            c.path
+        )));
     }
     Ok(obs.state.clone())
 }

@@ -744,6 +744,10 @@ fn predicted_after(
     before: &FileState,
 ) -> Option<ContentHash> {
     let exp = expected_for(ev, ws, rel)?;
+    if let capture::Expected::Content(text) = exp {
+        // A whole-file write: no need to read the before state back.
+        return Some(ContentHash::of(text.as_bytes()));
+    }
     let text = match before {
         FileState::Absent => String::new(),
         FileState::File { hash, .. } => String::from_utf8(ws.blobs().get(hash).ok()?).ok()?,

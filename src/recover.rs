@@ -21,15 +21,15 @@
 //! actions are reported. Running `recover` twice changes nothing the second
 //! time.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 
 use serde::Serialize;
 use serde_json::json;
 
-use crate::config::Config;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
+use crate::paths::RelPath;
 use crate::record::{
     ActionStatus, ActionType, Body, CallStatus, ConflictRecord, Draft, FilePatch, Idempotency,
     PatchSource, Record, ReplayPolicy, Resolution, ToolCall,
@@ -147,7 +147,7 @@ fn replay_for(first: &ToolCall, applied_or_done: bool, evidence_ok: bool) -> &'s
 }
 
 /// Runs recovery (see the module doc).
-pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, WorkspaceError> {
+pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     let _lock = ActionLock::take(ws)?;
     // Taking the ledger lock repairs a torn tail (backed up first).
     let started_at = ws.clock().now_rfc3339();
@@ -254,7 +254,7 @@ pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, Workspace
         records
     };
 
-    let calls = collect_calls(&records);
+    let (calls, touched) = collect_calls(&records);
     let last_ckpt_seq = records
         .iter()
         .rev()
@@ -296,7 +296,7 @@ pub fn recover(ws: &Workspace, _cfg: &Config) -> Result<RecoverReport, Workspace
                 v.replay = replay_for(ci.first, false, true);
                 check_failed(
                     ws,
-                    &records,
+                    &touched,
                     ci,
                     &mut v,
                     &open_conflicts,
@@ -366,38 +366,54 @@ pub fn unfinished_actions(records: &[Record]) -> Vec<(String, ActionType)> {
     open
 }
 
-fn collect_calls(records: &[Record]) -> BTreeMap<String, CallInfo<'_>> {
-    let mut calls: BTreeMap<String, CallInfo<'_>> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
+/// Every call with its records, in the order of its first record, and for
+/// every path the seq of the last record that touched it (patch or user edit).
+fn collect_calls(records: &[Record]) -> (Vec<(String, CallInfo<'_>)>, HashMap<&RelPath, u64>) {
+    let mut calls: Vec<(String, CallInfo<'_>)> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut touched: HashMap<&RelPath, u64> = HashMap::new();
     for r in records {
         match &r.body {
             Body::ToolCall(c) => {
-                let e = calls.entry(c.call.clone()).or_insert_with(|| {
-                    order.push(c.call.clone());
-                    CallInfo {
-                        first: c,
-                        started: None,
-                        last: c,
-                        session: r.session.clone(),
-                        seq_last: r.seq,
-                        patches: Vec::new(),
-                    }
+                let i = *index.entry(&c.call).or_insert_with(|| {
+                    calls.push((
+                        c.call.clone(),
+                        CallInfo {
+                            first: c,
+                            started: None,
+                            last: c,
+                            session: r.session.clone(),
+                            seq_last: r.seq,
+                            patches: Vec::new(),
+                        },
+                    ));
+                    calls.len() - 1
                 });
+                let e = &mut calls[i].1;
                 if c.status == CallStatus::Started && e.started.is_none() {
                     e.started = Some(c);
                 }
                 e.last = c;
                 e.seq_last = r.seq;
             }
-            Body::FilePatch(p) if p.source != PatchSource::Rollback => {
-                if let Some(e) = calls.get_mut(&p.call) {
-                    e.patches.push(p);
+            Body::FilePatch(p) => {
+                touched.insert(&p.path, r.seq);
+                if let Some(f) = &p.from_path {
+                    touched.insert(f, r.seq);
                 }
+                if p.source != PatchSource::Rollback
+                    && let Some(&i) = index.get(p.call.as_str())
+                {
+                    calls[i].1.patches.push(p);
+                }
+            }
+            Body::UserEdit(u) => {
+                touched.insert(&u.path, r.seq);
             }
             _ => {}
         }
     }
-    calls
+    (calls, touched)
 }
 
 /// A failed call's declared files should hold what the call left (its last
@@ -406,7 +422,7 @@ fn collect_calls(records: &[Record]) -> BTreeMap<String, CallInfo<'_>> {
 /// becomes uncertain and the file a conflict (T14).
 fn check_failed(
     ws: &Workspace,
-    records: &[Record],
+    touched: &HashMap<&RelPath, u64>,
     ci: &CallInfo<'_>,
     v: &mut CallVerdict,
     open_conflicts: &[ConflictRecord],
@@ -416,14 +432,7 @@ fn check_failed(
         return Ok(());
     };
     for b in &started.before {
-        let touched_later = records.iter().any(|r| {
-            r.seq > ci.seq_last
-                && match &r.body {
-                    Body::FilePatch(p) => p.path == b.path || p.from_path.as_ref() == Some(&b.path),
-                    Body::UserEdit(u) => u.path == b.path,
-                    _ => false,
-                }
-        });
+        let touched_later = touched.get(&b.path).is_some_and(|&seq| seq > ci.seq_last);
         if touched_later {
             continue;
         }
@@ -473,11 +482,7 @@ fn raise_diverged(
     {
         return Ok(c.conflict.clone());
     }
-    let stored = if obs.state.hash.is_some() {
-        crate::call::snapshot(ws, &b.path)?.hash()
-    } else {
-        None
-    };
+    let stored = writeback::store_observed(ws, &b.path, obs)?;
     let c = ConflictRecord {
         conflict: ws.clock().new_id("cf_"),
         action: v.call.clone(),

@@ -21,8 +21,8 @@
 //! **Doing.** Before the first write: every content the plan overwrites or
 //! writes is in the blob store (synced), the `action` `started` record holds
 //! the plan, conflicts are recorded, and `state/pending_action` names the
-//! action. Each file is then written back by [`crate::writeback::replace`]
-//! (temp file, compare, rename). At the end one append records a `file_patch`
+//! action. Each file is then written back by [`crate::writeback::prepare`]
+//! and [`crate::writeback::commit`] (temp file synced, compare, rename). At the end one append records a `file_patch`
 //! (`source: "rollback"`, `call` = the action) per file written and the
 //! action's end. A crash in between is finished by [`finish_interrupted`],
 //! which every later command runs: each planned file is compared with its
@@ -495,7 +495,7 @@ impl<'w> Planner<'w> {
             Err(e) => {
                 // An unsafe or unreadable path: never written, reported.
                 self.info.entry(rel.clone()).or_default().failed = Some(crate::error_line(&e));
-                Observed::unreadable()
+                Observed::other_kind()
             }
         };
         let bytes = match &obs.bytes {
@@ -755,13 +755,6 @@ impl<'w> Planner<'w> {
     }
 }
 
-impl Observed {
-    fn unreadable() -> Observed {
-        // Treated as "something else is there": nothing will be written.
-        Observed::other_kind()
-    }
-}
-
 /// Plans the rollback (no writes); see the module doc.
 fn plan(
     ws: &Workspace,
@@ -959,13 +952,8 @@ fn store_contents(
         if !(f.result.writes() || f.result == FileResult::Conflict) {
             continue;
         }
-        if let Some(h) = f.from.hash
-            && !ws.blobs().contains(&h)
-        {
-            let stored = match &pl.disk[&f.path].bytes {
-                Some(b) => ws.blobs().put_bytes(b)?,
-                None => call::snapshot(ws, &f.path)?.hash().unwrap_or(h),
-            };
+        if let Some(h) = f.from.hash {
+            let stored = writeback::store_observed(ws, &f.path, &pl.disk[&f.path])?.unwrap_or(h);
             if stored != h {
                 if f.result == FileResult::Conflict {
                     // Record what is there now.
@@ -1029,10 +1017,15 @@ pub(crate) fn run_plan_settling(
     settle: Option<ConflictRecord>,
 ) -> Result<(), WorkspaceError> {
     let action = report.action.clone();
-    let plan_value = json!({
+    // A resolve's settlement rides in the plan, so finishing the action after
+    // a crash appends it too.
+    let mut plan_value = json!({
         "files": report.files,
         "patches": report.patches,
     });
+    if let Some(c) = &settle {
+        plan_value["settle"] = json!(c);
+    }
     let mut drafts = vec![Draft::new(Body::Action(ActionRecord {
         action: action.clone(),
         action_type: ActionType::RollbackFiles,
@@ -1287,10 +1280,9 @@ pub(crate) fn finish_action_locked(
     records: &[Record],
     action: &str,
 ) -> Result<Option<Finished>, WorkspaceError> {
-    let Some(mut files) = unfinished_plan(records, action) else {
+    let Some((mut files, settle)) = unfinished_plan(records, action) else {
         return Ok(None);
     };
-    let settle = resumed_settle(records, action, &files);
     execute_and_end(ws, action, &mut files, true, settle)?;
     Ok(Some(Finished {
         action: action.to_string(),
@@ -1298,43 +1290,12 @@ pub(crate) fn finish_action_locked(
     }))
 }
 
-/// For an interrupted resolve (`target: {"resolve": id, "resolution": …}`),
-/// the conflict's new state, as [`crate::conflict::resolve`] would have
-/// recorded it.
-fn resumed_settle(
+/// The plan of `action` if it started and never ended: its files, and the
+/// conflict settlement a resolve appends with its end.
+pub fn unfinished_plan(
     records: &[Record],
     action: &str,
-    files: &[PlannedFile],
-) -> Option<ConflictRecord> {
-    let target = records.iter().find_map(|r| match &r.body {
-        Body::Action(a) if a.action == action && a.status == ActionStatus::Started => {
-            Some(a.target.clone())
-        }
-        _ => None,
-    })?;
-    let id = target.get("resolve")?.as_str()?;
-    let manual = target.get("resolution")?.as_str()? == "manual";
-    let mut c = crate::conflict::list(records)
-        .into_iter()
-        .find(|c| c.conflict == id)?;
-    if c.resolution != Resolution::Pending {
-        return None;
-    }
-    let f = files.first()?;
-    c.current_ref = f.from.hash;
-    c.current_mode = f.from.mode.clone();
-    c.actual_hash = f.to.hash;
-    c.resolved_by = Some(action.to_string());
-    c.resolution = if manual {
-        Resolution::Pending
-    } else {
-        Resolution::ApplyAgent
-    };
-    Some(c)
-}
-
-/// The plan of `action` if it started and never ended.
-pub fn unfinished_plan(records: &[Record], action: &str) -> Option<Vec<PlannedFile>> {
+) -> Option<(Vec<PlannedFile>, Option<ConflictRecord>)> {
     let mut plan = None;
     for r in records {
         if let Body::Action(a) = &r.body
@@ -1347,8 +1308,12 @@ pub fn unfinished_plan(records: &[Record], action: &str) -> Option<Vec<PlannedFi
             }
         }
     }
-    let files = plan?.get("files")?.clone();
-    serde_json::from_value(files).ok()
+    let plan = plan?;
+    let files = serde_json::from_value(plan.get("files")?.clone()).ok()?;
+    let settle = plan
+        .get("settle")
+        .and_then(|c| serde_json::from_value(c.clone()).ok());
+    Some((files, settle))
 }
 
 /// Writes `conflicts/<id>.json`: the record plus where its three contents are.

@@ -8,7 +8,8 @@
 //! decision was made on (its content hash and mode — a compare-and-swap by
 //! hand, as POSIX has none), re-`stat`s it and renames the temp file over the
 //! name (or unlinks it, or renames with `RENAME_NOREPLACE` when the path must
-//! still be free), and syncs the directory (or leaves it to the batch). If the file moved at any of those steps, nothing is
+//! still be free), and syncs the directory (or leaves it to the batch).
+//! A caller inside a [`fs_util::SyncSet`] flushes it between the two steps. If the file moved at any of those steps, nothing is
 //! overwritten and the caller hears [`Written::Raced`]. The window left is one
 //! `fstatat` + `rename`: an editor writing inside it can still be overwritten,
 //! and that is documented in ARCHITECTURE.md.
@@ -222,6 +223,26 @@ pub fn observe(ws: &Workspace, rel: &RelPath, keep_up_to: u64) -> Result<Observe
     observe_at(dir.as_fd(), OsStr::from_bytes(name), keep_up_to).map_err(|e| io_err("read", rel, e))
 }
 
+/// Puts what `obs` saw at `rel` into the blob store (from the bytes it kept,
+/// else by reading the file again) unless it is there already. Returns the
+/// hash stored, which differs from `obs`'s when the file changed since.
+pub fn store_observed(
+    ws: &Workspace,
+    rel: &RelPath,
+    obs: &Observed,
+) -> Result<Option<ContentHash>, WorkspaceError> {
+    let Some(h) = obs.state.hash else {
+        return Ok(None);
+    };
+    if ws.blobs().contains(&h) {
+        return Ok(Some(h));
+    }
+    Ok(Some(match &obs.bytes {
+        Some(b) => ws.blobs().put_bytes(b)?,
+        None => crate::call::snapshot(ws, rel)?.hash().unwrap_or(h),
+    }))
+}
+
 /// How a write-back ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
@@ -282,15 +303,14 @@ pub fn prepare(
         dir,
         tmp,
     };
-    if let Some(t) = &p.tmp {
-        if let Err(e) = write_temp(ws, p.dir.as_fd(), t, target) {
-            p.discard();
-            return Err(match e {
-                Prep::Io(e) => io_err("write a temp file for", rel, e),
-                Prep::Blob(b) => WorkspaceError::Blob(b),
-            });
-        }
-        fs_util::note_deferred();
+    if let Some(t) = &p.tmp
+        && let Err(e) = write_temp(ws, p.dir.as_fd(), t, target)
+    {
+        p.discard();
+        return Err(match e {
+            Prep::Io(e) => io_err("write a temp file for", rel, e),
+            Prep::Blob(b) => WorkspaceError::Blob(b),
+        });
     }
     Ok(Some(p))
 }
@@ -360,22 +380,7 @@ fn commit_inner(
         }
     }
     fs_util::fsync_dir(dir.as_fd()).map_err(|e| io_err("sync the directory of", rel, e))?;
-    fs_util::note_deferred();
     Ok(Written::Done)
-}
-
-/// Replaces `rel` — which must hold `expect` — with `target`: [`prepare`]
-/// then [`commit`], durably (see the module doc).
-pub fn replace(
-    ws: &Workspace,
-    rel: &RelPath,
-    expect: &PathState,
-    target: &PathState,
-) -> Result<Written, WorkspaceError> {
-    match prepare(ws, rel, target)? {
-        Some(p) => commit(p, expect, target),
-        None => Ok(Written::AlreadyThere),
-    }
 }
 
 impl PathState {

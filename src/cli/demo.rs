@@ -109,23 +109,21 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     let ws_path = dir.display().to_string();
     let cfg =
         ckpt::config::Config::load(ws.runtime_dir()).map_err(|e| fail("reading config", e))?;
-    let feed = |phase: ckpt::capture::Phase,
-                payload: serde_json::Value|
+    use ckpt::capture::Phase;
+    // One hook event: the fields every Claude Code payload carries, plus `extra`.
+    let feed = |phase: Phase,
+                event: &str,
+                extra: serde_json::Value|
      -> Result<ckpt::hook::HookStats, CommandError> {
+        let mut payload = serde_json::json!({"session_id": "demo-session", "cwd": ws_path,
+            "hook_event_name": event,
+            "transcript_path": "/home/you/.claude/projects/demo/demo-session.jsonl"});
+        if let (Some(b), Some(e)) = (payload.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
         let ev = ckpt::capture::parse(payload.to_string().as_bytes(), phase, None)
             .map_err(|e| fail("parsing a hook payload", e))?;
         ckpt::hook::run(&ws, &cfg, &ev).map_err(|e| fail("recording a hook", e))
-    };
-    use ckpt::capture::Phase;
-    let common = |event: &str| {
-        serde_json::json!({"session_id": "demo-session", "cwd": ws_path, "hook_event_name": event,
-            "transcript_path": "/home/you/.claude/projects/demo/demo-session.jsonl"})
-    };
-    let with = |mut base: serde_json::Value, extra: serde_json::Value| {
-        if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
-            b.extend(e.clone());
-        }
-        base
     };
     say(
         ui,
@@ -134,10 +132,8 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     )?;
     let s = feed(
         Phase::SessionStart,
-        with(
-            common("SessionStart"),
-            serde_json::json!({"source": "startup"}),
-        ),
+        "SessionStart",
+        serde_json::json!({"source": "startup"}),
     )?;
     say(
         ui,
@@ -149,10 +145,8 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     )?;
     let s = feed(
         Phase::Prompt,
-        with(
-            common("UserPromptSubmit"),
-            serde_json::json!({"prompt": "Add a greeting module and use it in main"}),
-        ),
+        "UserPromptSubmit",
+        serde_json::json!({"prompt": "Add a greeting module and use it in main"}),
     )?;
     say(
         ui,
@@ -168,19 +162,15 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
         serde_json::json!({"file_path": format!("{ws_path}/src/greet.rs"), "content": greet_body});
     feed(
         Phase::Pre,
-        with(
-            common("PreToolUse"),
-            serde_json::json!({"tool_name": "Write", "tool_input": write_in, "tool_use_id": "toolu_demo_write"}),
-        ),
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Write", "tool_input": write_in, "tool_use_id": "toolu_demo_write"}),
     )?;
     std::fs::write(dir.join("src/greet.rs"), greet_body).map_err(|e| fail("writing", e))?;
     let s = feed(
         Phase::Post,
-        with(
-            common("PostToolUse"),
-            serde_json::json!({"tool_name": "Write", "tool_input": write_in, "tool_use_id": "toolu_demo_write",
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Write", "tool_input": write_in, "tool_use_id": "toolu_demo_write",
         "tool_response": {"type": "create", "filePath": format!("{ws_path}/src/greet.rs"), "originalFile": null}}),
-        ),
     )?;
     say(
         ui,
@@ -196,10 +186,8 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     let edit_in = serde_json::json!({"file_path": format!("{ws_path}/src/main.rs"), "old_string": old_main, "new_string": new_main, "replace_all": false});
     feed(
         Phase::Pre,
-        with(
-            common("PreToolUse"),
-            serde_json::json!({"tool_name": "Edit", "tool_input": edit_in, "tool_use_id": "toolu_demo_edit"}),
-        ),
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Edit", "tool_input": edit_in, "tool_use_id": "toolu_demo_edit"}),
     )?;
     std::fs::write(
         dir.join("src/main.rs"),
@@ -208,10 +196,8 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     .map_err(|e| fail("writing", e))?;
     let s = feed(
         Phase::Post,
-        with(
-            common("PostToolUse"),
-            serde_json::json!({"tool_name": "Edit", "tool_input": edit_in, "tool_use_id": "toolu_demo_edit"}),
-        ),
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Edit", "tool_input": edit_in, "tool_use_id": "toolu_demo_edit"}),
     )?;
     say(
         ui,
@@ -238,10 +224,8 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     let bash_in = serde_json::json!({"command": "rm notes.txt && mv README.md README && chmod +x src/main.rs"});
     let s = feed(
         Phase::Pre,
-        with(
-            common("PreToolUse"),
-            serde_json::json!({"tool_name": "Bash", "tool_input": bash_in, "tool_use_id": "toolu_demo_bash"}),
-        ),
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_input": bash_in, "tool_use_id": "toolu_demo_bash"}),
     )?;
     say(
         ui,
@@ -264,11 +248,9 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     }
     let s = feed(
         Phase::Post,
-        with(
-            common("PostToolUse"),
-            serde_json::json!({"tool_name": "Bash", "tool_input": bash_in, "tool_use_id": "toolu_demo_bash",
+        "PostToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_input": bash_in, "tool_use_id": "toolu_demo_bash",
         "tool_response": {"stdout": "", "stderr": "", "interrupted": false}}),
-        ),
     )?;
     say(
         ui,
@@ -443,10 +425,8 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
         "old_string": "println!(\"hello\");", "new_string": "println!(\"hello, world\");", "replace_all": false});
     feed(
         Phase::Pre,
-        with(
-            common("PreToolUse"),
-            serde_json::json!({"tool_name": "Edit", "tool_input": fix_in, "tool_use_id": "toolu_demo_crash"}),
-        ),
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Edit", "tool_input": fix_in, "tool_use_id": "toolu_demo_crash"}),
     )?;
     let main_now =
         std::fs::read_to_string(dir.join("src/main.rs")).map_err(|e| fail("reading", e))?;
@@ -457,17 +437,15 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     .map_err(|e| fail("writing", e))?;
     feed(
         Phase::Pre,
-        with(
-            common("PreToolUse"),
-            serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "cargo publish"}, "tool_use_id": "toolu_demo_publish"}),
-        ),
+        "PreToolUse",
+        serde_json::json!({"tool_name": "Bash", "tool_input": {"command": "cargo publish"}, "tool_use_id": "toolu_demo_publish"}),
     )?;
     say(
         ui,
         &mut narrate,
         "\n9. The agent edits src/main.rs (the edit reaches the disk) and starts `cargo publish`;\n   the agent process is killed before either PostToolUse arrives.",
     )?;
-    let rec = ckpt::recover::recover(&ws, &cfg).map_err(|e| fail("recovering", e))?;
+    let rec = ckpt::recover::recover(&ws).map_err(|e| fail("recovering", e))?;
     say(
         ui,
         &mut narrate,

@@ -1,9 +1,7 @@
 //! `ckpt recover`: after a crash, classify every call, finish ckpt's own
 //! unfinished actions, and write `.agent-runtime/RECOVERY.md`.
 
-use ckpt::config::Config;
-
-use super::error::{CommandError, ERROR, NEEDS_PERSON, OK};
+use super::error::{CommandError, NEEDS_PERSON, OK};
 use super::{Ctx, Ui};
 
 #[derive(clap::Args, Debug)]
@@ -11,9 +9,7 @@ pub struct Args {}
 
 pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open_read_only()?;
-    let cfg =
-        Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
-    let r = ckpt::recover::recover(&ws, &cfg)?;
+    let r = ckpt::recover::recover(&ws)?;
     if ui.json {
         ui.json(&ckpt::recover::to_json(&r))?;
     } else {
