@@ -207,19 +207,25 @@ fn rollback(env: &TestEnv, args: &[&str]) -> (i32, Value) {
     ckj(env, &a)
 }
 
-/// `path → result` of a rollback report.
-fn results(v: &Value) -> BTreeMap<String, String> {
-    v["files"]
+/// `path → field` over one list of a rollback report (`files`, `conflicts`);
+/// entries without the field are left out.
+fn by_path(v: &Value, list: &str, field: &str) -> BTreeMap<String, String> {
+    v[list]
         .as_array()
-        .unwrap_or_else(|| panic!("no files in {v}"))
+        .unwrap_or_else(|| panic!("no {list} in {v}"))
         .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap().to_string(),
-                f["result"].as_str().unwrap().to_string(),
-            )
+        .filter_map(|f| {
+            Some((
+                f["path"].as_str()?.to_string(),
+                f[field].as_str()?.to_string(),
+            ))
         })
         .collect()
+}
+
+/// `path → result` of a rollback report.
+fn results(v: &Value) -> BTreeMap<String, String> {
+    by_path(v, "files", "result")
 }
 
 fn expect_results(v: &Value, want: &[(&str, &str)]) {
@@ -316,18 +322,9 @@ fn every_kind_of_agent_change_is_undone_byte_for_byte() {
         ],
     );
     // The two rows of an undone rename say so.
-    let note = |p: &str| {
-        v["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["path"] == p)
-            .and_then(|f| f["note"].as_str())
-            .unwrap_or("")
-            .to_string()
-    };
-    assert_eq!(note("moved.txt"), "renamed back to old.txt");
-    assert_eq!(note("old.txt"), "renamed back from moved.txt");
+    let notes = by_path(&v, "files", "note");
+    assert_eq!(notes["moved.txt"], "renamed back to old.txt");
+    assert_eq!(notes["old.txt"], "renamed back from moved.txt");
     // Everything — bytes, modes (0640 and 0600 included), the symlink as a
     // symlink with its old target, the files it pointed at — is as before.
     assert_eq!(ws_tree(&env), before);
@@ -684,17 +681,7 @@ fn f44_to_f46_what_the_user_did_since_decides() {
             ("f46.txt", "restored"),
         ],
     );
-    let reasons: BTreeMap<String, String> = v["conflicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["path"].as_str().unwrap().into(),
-                c["reason"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
+    let reasons = by_path(&v, "conflicts", "reason");
     assert_eq!(reasons["f44.txt"], "deleted_by_user");
     assert_eq!(
         reasons["f45.txt"], "deleted_by_user",
@@ -744,17 +731,7 @@ fn created_edited_recreated_and_symlinked_paths_conflict_untouched() {
             ("linked.txt", "conflict"),
         ],
     );
-    let reasons: BTreeMap<String, String> = v["conflicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["path"].as_str().unwrap().into(),
-                c["reason"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
+    let reasons = by_path(&v, "conflicts", "reason");
     assert_eq!(reasons["created.txt"], "created_then_edited");
     assert_eq!(reasons["deleted.txt"], "recreated_by_user");
     assert_eq!(reasons["linked.txt"], "replaced_by_symlink");

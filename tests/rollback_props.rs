@@ -372,11 +372,24 @@ fn a_file_changed_during_the_rollback_is_skipped_not_overwritten() {
     drop(ws);
     let child = env
         .command(&["--json", "rollback", "--call", &call])
-        .env("CKPT_FAILPOINTS", "rollback.before_rename=sleep(700)")
+        .env("CKPT_FAILPOINTS", "rollback.before_rename=sleep(1500)")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(350));
+    // The rollback's temp file appears once the plan is recorded and the new
+    // content prepared: the user's write lands after that, before the rename.
+    let start = std::time::Instant::now();
+    while !std::fs::read_dir(&env.ws)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().starts_with(".ckpt-tmp-"))
+    {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the rollback never got to its write"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     env.write("a.txt", b"the user's bytes\n");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "a raced rollback exits 1");
