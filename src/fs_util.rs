@@ -190,6 +190,38 @@ pub fn flush_queued() -> io::Result<()> {
     run_syncs(&list)
 }
 
+/// Syncs taken out of this thread's queue by [`take_queued`], to be run
+/// beside a ledger append that does not name what they cover
+/// ([`crate::ledger::LedgerLock::append_beside`]).
+#[derive(Default)]
+pub struct Pending(Vec<Queued>);
+
+impl Pending {
+    /// True when nothing was queued.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Runs the syncs now (concurrently); dropped unrun, they are run then too.
+    pub fn run(mut self) -> io::Result<()> {
+        run_syncs(&std::mem::take(&mut self.0))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let _ = run_syncs(&std::mem::take(&mut self.0));
+    }
+}
+
+/// Takes every sync this thread queued so far, without running it: for
+/// content that the next ledger record does not name (temp files, patch
+/// artifacts named only by a later record), whose sync can overlap the
+/// record's own `fdatasync` instead of preceding it.
+pub fn take_queued() -> Pending {
+    Pending(QUEUED.with_borrow_mut(|q| q.as_mut().map(std::mem::take).unwrap_or_default()))
+}
+
 /// Runs the syncs at once: concurrent `fdatasync`/`fsync` calls share journal
 /// commits (ext4's jbd2, xfs's log force), so a hook that stored a blob and a
 /// patch waits for about one commit instead of four in a row. The first error
@@ -431,6 +463,31 @@ pub fn write_atomic(
         let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
     }
     res
+}
+
+/// Rewrites `dir/name` in place (created 0600 if missing; written from
+/// offset 0, then cut to length), unsynced: for caches of the ledger that
+/// their reader rebuilds when they fail to parse. A crash mid-write leaves
+/// bytes that do not parse, never another file's. Much cheaper than a
+/// rename over the old file, which frees the old inode (~0.3 ms median and
+/// ~4 ms p90 on this project's ext4 disks).
+pub fn overwrite_in_place(dir: BorrowedFd<'_>, name: &str, data: &[u8]) -> io::Result<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::other(format!("{name} is not a regular file")));
+    }
+    let f = File::from(fd);
+    std::os::unix::fs::FileExt::write_all_at(&f, data, 0)?;
+    if st.st_size as u64 > data.len() as u64 {
+        f.set_len(data.len() as u64)?;
+    }
+    Ok(())
 }
 
 /// Creates a new file (`O_EXCL`, never through a symlink) with exactly `mode`.

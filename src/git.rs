@@ -134,8 +134,43 @@ pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
 /// Returns git's blob id (sha1 of `blob <len>\0<bytes>`, 40 hex) for `data`,
 /// without a repository. Binary patches need it in their `index` line.
 pub fn blob_id(data: &[u8]) -> String {
+    // git's blob id: SHA-1 of `blob <len>\0` and the bytes. The `sha1` crate
+    // (SHA-NI where the CPU has it) instead of libgit2's collision-detecting
+    // SHA1DC: 4x faster, and no libgit2 start-up in a hook. The ids only name
+    // ckpt's own contents in patch headers; they equal git's for every input
+    // that is not a crafted SHA-1 collision.
+    use sha1::Digest;
+    let mut h = sha1::Sha1::new();
+    h.update(format!("blob {}\0", data.len()).as_bytes());
+    h.update(data);
+    crate::hash::hex(&h.finalize())
+}
+
+/// [`blob_id`] through libgit2's collision-detecting SHA-1 (SHA1DC): for
+/// deciding that a file *is* a blob of the object database (whose bytes then
+/// stand in for the file's), where a crafted collision must not pass.
+pub fn blob_id_checked(data: &[u8]) -> String {
     init();
     git2::Oid::hash_object(git2::ObjectType::Blob, data)
         .map(|o| o.to_string())
         .unwrap_or_else(|_| "0".repeat(40))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_ids_match_libgit2() {
+        let mut data = Vec::new();
+        for n in [0usize, 1, 55, 56, 63, 64, 65, 1000, 70_000] {
+            data.resize(n, 0);
+            for (i, b) in data.iter_mut().enumerate() {
+                *b = (i * 31 % 251) as u8;
+            }
+            assert_eq!(blob_id(&data), blob_id_checked(&data), "{n} bytes");
+        }
+        // git hash-object of an empty file.
+        assert_eq!(blob_id(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+    }
 }

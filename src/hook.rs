@@ -266,7 +266,7 @@ pub(crate) fn flush_user_edits(
 ) -> Result<usize, WorkspaceError> {
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
-    let mut reg = load_registry(&dir);
+    let mut reg = load_registry(ws, &dir);
     let d = user_edit_drafts(ws, &mut reg, session)?;
     if !d.is_empty() {
         ws.ledger().lock()?.append(&d)?;
@@ -287,22 +287,88 @@ pub(crate) fn note_written(
     }
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
-    let mut reg = load_registry(&dir);
+    let mut reg = load_registry(ws, &dir);
     for (rel, state) in files {
         reg.insert(rel.clone(), AgentFile::observed(ws, rel, state, by));
     }
     save_registry(&dir, &reg)
 }
 
-fn load_registry(dir: &OwnedFd) -> BTreeMap<RelPath, AgentFile> {
-    read_json::<Vec<(RelPath, AgentFile)>>(dir, "agent_files.json")
-        .map(|v| v.into_iter().collect())
-        .unwrap_or_default()
+/// The registry of files the agent last wrote. Missing: empty (nothing
+/// written yet). Present but unreadable (a crash cut its in-place rewrite
+/// short): rebuilt from the ledger, each path's last `file_patch` or
+/// `user_edit`, with no stat figures, so the next hook compares contents.
+fn load_registry(ws: &Workspace, dir: &OwnedFd) -> BTreeMap<RelPath, AgentFile> {
+    let Ok(mut f) = fs_util::open_regular_at(dir.as_fd(), REGISTRY.as_ref()) else {
+        return BTreeMap::new();
+    };
+    let mut v = Vec::new();
+    if f.read_to_end(&mut v).is_ok()
+        && let Ok(list) = serde_json::from_slice::<Vec<(RelPath, AgentFile)>>(&v)
+    {
+        return list.into_iter().collect();
+    }
+    rebuild_registry(ws)
 }
+
+fn rebuild_registry(ws: &Workspace) -> BTreeMap<RelPath, AgentFile> {
+    let mut reg = BTreeMap::new();
+    let Ok(read) = ws.read_ledger() else {
+        return reg;
+    };
+    let entry =
+        |hash: Option<ContentHash>, mode: &Option<String>, perm: Option<u32>, call: &str| {
+            let symlink = mode.as_deref() == Some("120000");
+            AgentFile {
+                hash,
+                mode: if symlink || hash.is_none() {
+                    None
+                } else {
+                    Some(perm.unwrap_or(if mode.as_deref() == Some("100755") {
+                        0o755
+                    } else {
+                        0o644
+                    }))
+                },
+                symlink,
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: 0,
+                call: call.to_string(),
+            }
+        };
+    for r in &read.records {
+        match &r.body {
+            Body::FilePatch(p) => {
+                if let Some(from) = &p.from_path {
+                    reg.remove(from);
+                }
+                reg.insert(
+                    p.path.clone(),
+                    entry(p.after_hash, &p.after_mode, p.after_perm, &p.call),
+                );
+            }
+            Body::UserEdit(u) => {
+                if let Some(af) = reg.get_mut(&u.path) {
+                    let call = std::mem::take(&mut af.call);
+                    *af = entry(u.after_hash, &u.after_mode, None, &call);
+                }
+            }
+            _ => {}
+        }
+    }
+    reg
+}
+
+const REGISTRY: &str = "agent_files.json";
 
 fn save_registry(dir: &OwnedFd, reg: &BTreeMap<RelPath, AgentFile>) -> Result<(), WorkspaceError> {
     let v: Vec<(&RelPath, &AgentFile)> = reg.iter().collect();
-    write_json(dir, "agent_files.json", &v)
+    let bytes = serde_json::to_vec(&v).map_err(|e| FsError::new("write", REGISTRY, e.into()))?;
+    // A cache of the ledger (see load_registry): rewritten in place, unsynced.
+    fs_util::overwrite_in_place(dir.as_fd(), REGISTRY, &bytes)
+        .map_err(|e| FsError::new("write", format!(".agent-runtime/state/{REGISTRY}"), e).into())
 }
 
 /// Resolves a payload's `cwd` to a workspace-relative base directory.
@@ -434,7 +500,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     let class = cfg.classify(&tool);
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
-    let mut reg = load_registry(&dir);
+    let mut reg = load_registry(ws, &dir);
     let mut drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
     let user_edits = drafts.len();
     let mut snaps = Vec::new();
@@ -572,7 +638,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     let _g = StateLock::take(&dir)?;
     let mut drafts = Vec::new();
     let mut patches = 0;
-    let mut reg = load_registry(&dir);
+    let mut reg = load_registry(ws, &dir);
     let mut user_edits = 0;
     for (rel, b) in &before {
         let mut b = b.clone();
@@ -810,7 +876,7 @@ fn reconstruct_before(
         });
     }
     let dir = state_dir(ws)?;
-    let reg = load_registry(&dir);
+    let reg = load_registry(ws, &dir);
     if let Some(af) = reg.get(rel)
         && let Some(h) = af.hash
     {

@@ -1037,15 +1037,36 @@ pub(crate) fn run_plan_settling(
     for c in &report.conflicts {
         drafts.push(Draft::new(Body::Conflict(c.clone())));
     }
-    let rt = ws.runtime_dir();
-    write_pending(rt, &action)?;
-    ws.ledger().lock()?.append(&drafts)?;
-    for c in &report.conflicts {
-        write_conflict_file(ws, c)?;
-    }
-    crate::failpoint::hit("rollback.after_plan")
-        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
-    execute_and_end(ws, &action, &mut report.files, false, settle)
+    let paths: Vec<&RelPath> = report
+        .files
+        .iter()
+        .filter(|f| f.result.writes())
+        .map(|f| &f.path)
+        .collect();
+    write_pending(ws.runtime_dir(), &action, &paths)?;
+    let conflicts = report.conflicts.clone();
+    execute_and_end(
+        ws,
+        &action,
+        &mut report.files,
+        Start::Fresh {
+            plan: drafts,
+            conflicts: &conflicts,
+        },
+        settle,
+    )
+}
+
+/// How [`execute_and_end`] starts.
+enum Start<'a> {
+    /// A new action: its plan (and conflicts) are appended once the first
+    /// files are prepared, beside their syncs.
+    Fresh {
+        plan: Vec<Draft>,
+        conflicts: &'a [ConflictRecord],
+    },
+    /// Finishing an interrupted action whose plan is in the ledger.
+    Resumed,
 }
 
 /// Writes each planned file, then appends its `file_patch` records and the
@@ -1054,16 +1075,20 @@ fn execute_and_end(
     ws: &Workspace,
     action: &str,
     files: &mut [PlannedFile],
-    resumed: bool,
+    start: Start<'_>,
     settle: Option<ConflictRecord>,
 ) -> Result<(), WorkspaceError> {
+    let resumed = matches!(start, Start::Resumed);
+    let mut start = Some(start);
     let mut written: Vec<(RelPath, FileState)> = Vec::new();
     let mut drafts = Vec::new();
-    // Syncs are queued and run together, concurrently (they share journal
-    // commits): the temp files' data before the first rename of their chunk,
-    // the directories and patch artifacts before the end is appended (the
-    // ledger flushes the queue first). Data before pointers, RELIABILITY B4,
-    // without a whole-file-system syncfs.
+    // Syncs are queued and run together, concurrently: the first chunk's
+    // temp files and patch artifacts beside the plan's own fdatasync (the
+    // plan names neither), later chunks' before their first rename, the
+    // directories before the end is appended (the ledger flushes the queue
+    // first). Data before pointers, RELIABILITY B4, in three waits for a
+    // small rollback (plan, directories, end), without a whole-file-system
+    // syncfs.
     let set = fs_util::SyncSet::start();
     // In chunks, so the open directory handles of prepared files stay few.
     let idx: Vec<usize> = (0..files.len())
@@ -1072,13 +1097,34 @@ fn execute_and_end(
     for chunk in idx.chunks(256) {
         let mut prepared = Vec::with_capacity(chunk.len());
         for &i in chunk {
+            let f = &files[i];
             if resumed {
-                writeback::sweep_temps_near(ws, &files[i].path);
+                writeback::sweep_temps_near(ws, &f.path);
             }
-            prepared.push(writeback::prepare(ws, &files[i].path, &files[i].to));
+            let p = writeback::prepare(ws, &f.path, &f.to);
+            // The patch this write will be, its artifact written now (synced
+            // with the temp files); dropped if the file races.
+            let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
+            let patch = match &p {
+                Ok(_) => call::patch_for(
+                    ws,
+                    action,
+                    None,
+                    &f.path,
+                    &before,
+                    &after,
+                    PatchSource::Rollback,
+                )?
+                .map(|(d, _)| d),
+                Err(_) => None,
+            };
+            prepared.push((p, patch, after));
         }
-        fs_util::flush_queued().map_err(|e| FsError::new("sync", "the workspace", e))?;
-        for (&i, p) in chunk.iter().zip(prepared) {
+        match start.take() {
+            Some(fresh @ Start::Fresh { .. }) => append_plan(ws, fresh)?,
+            _ => fs_util::flush_queued().map_err(|e| FsError::new("sync", "the workspace", e))?,
+        }
+        for (&i, (p, patch, after)) in chunk.iter().zip(prepared) {
             let f = &mut files[i];
             let outcome = match p {
                 Ok(Some(p)) => writeback::commit(p, &f.from, &f.to),
@@ -1087,18 +1133,7 @@ fn execute_and_end(
             };
             match outcome {
                 Ok(Written::Done) | Ok(Written::AlreadyThere) => {
-                    let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
-                    if let Some((d, _)) = call::patch_for(
-                        ws,
-                        action,
-                        None,
-                        &f.path,
-                        &before,
-                        &after,
-                        PatchSource::Rollback,
-                    )? {
-                        drafts.push(d);
-                    }
+                    drafts.extend(patch);
                     written.push((f.path.clone(), after));
                 }
                 Ok(Written::Raced(now)) => {
@@ -1119,6 +1154,10 @@ fn execute_and_end(
                 WorkspaceError::Io(FsError::new("roll back", f.path.to_string(), e))
             })?;
         }
+    }
+    if let Some(fresh) = start.take() {
+        // Nothing to write (only conflicts): the plan still comes first.
+        append_plan(ws, fresh)?;
     }
     set.flush()
         .map_err(|e| FsError::new("sync", "the workspace", e))?;
@@ -1166,6 +1205,25 @@ fn execute_and_end(
     Ok(())
 }
 
+/// Appends a fresh action's plan, with the syncs queued so far (temp files
+/// and patch artifacts, which the plan does not name) run beside it, then
+/// writes its conflict files.
+fn append_plan(ws: &Workspace, start: Start<'_>) -> Result<(), WorkspaceError> {
+    let Start::Fresh { plan, conflicts } = start else {
+        return Ok(());
+    };
+    crate::failpoint::hit("rollback.before_plan")
+        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
+    ws.ledger()
+        .lock()?
+        .append_beside(&plan, fs_util::take_queued())?;
+    for c in conflicts {
+        write_conflict_file(ws, c)?;
+    }
+    crate::failpoint::hit("rollback.after_plan")
+        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))
+}
+
 fn to_file_state(s: &PathState) -> FileState {
     match (s.hash, s.mode.as_deref()) {
         (None, _) => FileState::Absent,
@@ -1185,17 +1243,28 @@ fn state_dir(rt: &OwnedFd) -> Result<OwnedFd, WorkspaceError> {
     Ok(d)
 }
 
-fn write_pending(rt: &OwnedFd, action: &str) -> Result<(), WorkspaceError> {
+/// What `state/pending_action` holds: the action a crash may have cut short,
+/// and the paths it was about to write (temp files may sit beside them
+/// before its plan is in the ledger).
+#[derive(Serialize, Deserialize)]
+struct PendingMarker {
+    action: String,
+    #[serde(default)]
+    paths: Vec<RelPath>,
+}
+
+fn write_pending(rt: &OwnedFd, action: &str, paths: &[&RelPath]) -> Result<(), WorkspaceError> {
     // A hint for the next command, not a record: written atomically but not
     // synced (after a power loss `ckpt recover` still finds the action in the
     // ledger).
     let dir = state_dir(rt)?;
+    let body = json!({"action": action, "paths": paths}).to_string();
     let was = crate::durability_off();
     crate::set_deferred(true);
     let r = fs_util::write_atomic(
         dir.as_fd(),
         "pending_action".as_ref(),
-        action.as_bytes(),
+        body.as_bytes(),
         0o600,
         false,
     );
@@ -1203,13 +1272,26 @@ fn write_pending(rt: &OwnedFd, action: &str) -> Result<(), WorkspaceError> {
     r.map_err(|e| FsError::new("write", ".agent-runtime/state/pending_action", e).into())
 }
 
-fn read_pending(rt: &OwnedFd) -> Option<String> {
+fn read_pending_marker(rt: &OwnedFd) -> Option<PendingMarker> {
     let dir = fs_util::open_dir(rt.as_fd(), "state").ok()?;
     let mut f = fs_util::open_regular_at(dir.as_fd(), "pending_action".as_ref()).ok()?;
     let mut s = String::new();
     f.read_to_string(&mut s).ok()?;
-    let s = s.trim().to_string();
-    (!s.is_empty()).then_some(s)
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    // Older versions wrote the bare action id.
+    serde_json::from_str(s).ok().or_else(|| {
+        Some(PendingMarker {
+            action: s.to_string(),
+            paths: Vec::new(),
+        })
+    })
+}
+
+fn read_pending(rt: &OwnedFd) -> Option<String> {
+    read_pending_marker(rt).map(|m| m.action)
 }
 
 fn clear_pending(rt: &OwnedFd, action: &str) {
@@ -1260,14 +1342,19 @@ pub fn finish_interrupted(ws: &Workspace) -> Result<Option<Finished>, WorkspaceE
 }
 
 fn finish_interrupted_locked(ws: &Workspace) -> Result<Option<Finished>, WorkspaceError> {
-    let Some(action) = read_pending(ws.runtime_dir()) else {
+    let Some(marker) = read_pending_marker(ws.runtime_dir()) else {
         return Ok(None);
     };
+    let action = marker.action;
     let read = ws.read_ledger()?;
     refuse_damaged(&read)?;
     let done = finish_action_locked(ws, &read.records, &action)?;
     if done.is_none() {
-        // Never started (crash before the plan's append) or already ended.
+        // Never started (crash before the plan's append: its temp files may
+        // be there) or already ended.
+        for p in &marker.paths {
+            writeback::sweep_temps_near(ws, p);
+        }
         clear_pending(ws.runtime_dir(), &action);
     }
     Ok(done)
@@ -1283,7 +1370,7 @@ pub(crate) fn finish_action_locked(
     let Some((mut files, settle)) = unfinished_plan(records, action) else {
         return Ok(None);
     };
-    execute_and_end(ws, action, &mut files, true, settle)?;
+    execute_and_end(ws, action, &mut files, Start::Resumed, settle)?;
     Ok(Some(Finished {
         action: action.to_string(),
         files,

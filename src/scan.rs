@@ -502,7 +502,9 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
                             // Compare by git blob id without storing the old content.
                             ws.blobs()
                                 .get(&y)
-                                .map(|bytes| crate::git::blob_id(&bytes) == crate::hash::hex(&oid))
+                                .map(|bytes| {
+                                    crate::git::blob_id_checked(&bytes) == crate::hash::hex(&oid)
+                                })
                                 .unwrap_or(false)
                         }
                         _ => false,

@@ -515,31 +515,41 @@ fn refused_targets_block_in_block_mode_and_warn_in_warn_mode() {
     assert!(r.stderr.contains(".agent-runtime"));
 }
 
-#[test]
-fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
-    let env = TestEnv::new();
-    let pre = fixture(&env, "claude/write_create.pre.json");
+/// The agent's Write call creating `src/new.rs`, through both hooks; returns
+/// what it wrote.
+fn agent_writes_new_rs(env: &TestEnv) -> String {
+    let pre = fixture(env, "claude/write_create.pre.json");
     let ev = capture::parse(&pre, Phase::Pre, None).unwrap();
     let Some(Expected::Content(content)) = ev.targets[0].expected.clone() else {
         panic!()
     };
-    hook_ok(&env, "pre", &pre);
+    hook_ok(env, "pre", &pre);
     env.write("src/new.rs", content.as_bytes());
-    hook_ok(
-        &env,
-        "post",
-        &fixture(&env, "claude/write_create.post.json"),
-    );
-    // The user edits the agent's file, then the agent makes another call.
+    hook_ok(env, "post", &fixture(env, "claude/write_create.post.json"));
+    content
+}
+
+/// The user edits the agent's `src/new.rs`, then the agent makes another
+/// call: exactly one `user_edit` from `content` to the user's bytes is
+/// recorded. Returns the user's bytes.
+fn user_edits_new_rs_then_agent_calls(env: &TestEnv, content: &str) -> String {
     let mine = format!("{content}// mine\n");
     env.write("src/new.rs", mine.as_bytes());
-    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
-    let recs = records(&env);
+    hook_ok(env, "pre", &fixture(env, "claude/bash.pre.json"));
+    let recs = records(env);
     let ue: Vec<_> = recs.iter().filter(|r| r["kind"] == "user_edit").collect();
     assert_eq!(ue.len(), 1, "{recs:#?}");
     assert_eq!(ue[0]["path"], "src/new.rs");
     assert_eq!(ue[0]["before_hash"], sha(content.as_bytes()));
     assert_eq!(ue[0]["after_hash"], sha(mine.as_bytes()));
+    mine
+}
+
+#[test]
+fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
+    let env = TestEnv::new();
+    let content = agent_writes_new_rs(&env);
+    let mine = user_edits_new_rs_then_agent_calls(&env, &content);
     // Both contents are kept in the store.
     let ws = env.open();
     for h in [sha(content.as_bytes()), sha(mine.as_bytes())] {
@@ -558,6 +568,23 @@ fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
             .count(),
         1
     );
+}
+
+#[test]
+fn a_torn_agent_file_registry_is_rebuilt_from_the_ledger() {
+    // The registry is rewritten in place, unsynced: a crash can leave it
+    // half written. A user edit made since must still be recorded.
+    let env = TestEnv::new();
+    let content = agent_writes_new_rs(&env);
+    let reg = env.rt().join("state/agent_files.json");
+    let whole = std::fs::read(&reg).unwrap();
+    assert!(whole.len() > 10, "the registry holds the agent's file");
+    std::fs::write(&reg, &whole[..whole.len() / 2]).unwrap();
+    user_edits_new_rs_then_agent_calls(&env, &content);
+    // And the registry is whole again.
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&reg).unwrap()).expect("registry parses");
+    assert!(v.to_string().contains("src/new.rs"), "{v}");
 }
 
 #[test]

@@ -1395,6 +1395,41 @@ fn a_crash_at_any_rollback_step_is_finished_by_the_next_command() {
 }
 
 #[test]
+fn a_crash_before_the_plan_is_recorded_leaves_no_temp_files_and_no_action() {
+    // The first files' temp copies are written before the plan is appended
+    // (their syncs overlap its fdatasync): a crash in between must leave the
+    // workspace as it was, once the next command has swept them.
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let before = ws_tree(&env);
+    let r = env.ckpt_env(
+        &["rollback", "--to", &ck1, "--json"],
+        &[FAST, ("CKPT_FAILPOINTS", "rollback.before_plan=abort")],
+    );
+    assert_ne!(r.code, 0, "the rollback must have crashed");
+    assert!(!temps_left(&env).is_empty(), "temp files were prepared");
+    let actions = || {
+        raw_records(&env)
+            .into_iter()
+            .filter(|r| r["kind"] == "action")
+            .count()
+    };
+    assert_eq!(actions(), 0, "no plan recorded");
+    let r = ck(&env, &["status"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(temps_left(&env).is_empty(), "{:?}", temps_left(&env));
+    assert!(ws_tree(&env) == before, "nothing written");
+    assert_eq!(actions(), 0, "nothing to finish");
+    // And the rollback runs as if nothing happened.
+    let (code, v) = rollback(&env, &["--to", &ck1]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(
+        read(&env, "m.txt"),
+        lines_with(10, &[(9, "user 9")]).as_bytes()
+    );
+}
+
+#[test]
 fn a_file_the_user_changes_after_a_crash_is_left_as_the_user_has_it() {
     let env = TestEnv::init();
     let ck1 = crash_scenario(&env);
