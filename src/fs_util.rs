@@ -190,6 +190,35 @@ pub fn flush_queued() -> io::Result<()> {
     run_syncs(&list)
 }
 
+/// From this many queued syncs on, one `syncfs` per file system replaces
+/// them: each `fdatasync` ends in a device cache flush of its own (ext4
+/// without a journal, or any file system once the data is written), and
+/// hundreds of them cost hundreds of flushes; `syncfs` writes everything back
+/// and flushes once. Its price is that it also writes back other processes'
+/// dirty data on the same file system, so small sets (every hook) keep their
+/// own syncs.
+const SYNCFS_FROM: usize = 32;
+
+/// [`run_syncs`] for a large set: one `syncfs` per device the queued handles
+/// live on (a workspace may hold mount points), then the permission bits of
+/// [`SyncKind::DataThenMode`] entries.
+fn syncfs_each_device(list: &[Queued]) -> io::Result<()> {
+    let mut done: Vec<u64> = Vec::new();
+    for q in list {
+        let dev = rustix::fs::fstat(&q.fd)?.st_dev;
+        if !done.contains(&dev) {
+            rustix::fs::syncfs(&q.fd)?;
+            done.push(dev);
+        }
+    }
+    for q in list {
+        if let SyncKind::DataThenMode(mode) = q.kind {
+            let _ = rustix::fs::fchmod(&q.fd, Mode::from_raw_mode(mode));
+        }
+    }
+    Ok(())
+}
+
 /// Syncs taken out of this thread's queue by [`take_queued`], to be run
 /// beside a ledger append that does not name what they cover
 /// ([`crate::ledger::LedgerLock::append_beside`]).
@@ -227,6 +256,9 @@ pub fn take_queued() -> Pending {
 /// patch waits for about one commit instead of four in a row. The first error
 /// is returned (after every sync has been tried).
 fn run_syncs(list: &[Queued]) -> io::Result<()> {
+    if list.len() >= SYNCFS_FROM {
+        return syncfs_each_device(list);
+    }
     let one = |q: &Queued| -> io::Result<()> {
         match q.kind {
             SyncKind::Data => rustix::fs::fdatasync(&q.fd)?,

@@ -65,6 +65,7 @@ pub mod rollback;
 pub mod scan;
 pub mod session;
 pub mod trace;
+pub mod trash;
 pub mod verify;
 pub mod workspace;
 pub mod writeback;

@@ -1127,7 +1127,7 @@ fn execute_and_end(
         for (&i, (p, patch, after)) in chunk.iter().zip(prepared) {
             let f = &mut files[i];
             let outcome = match p {
-                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to),
+                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to, ws.trash()),
                 Ok(None) => Ok(Written::AlreadyThere),
                 Err(e) => Err(e),
             };
@@ -1201,6 +1201,7 @@ fn execute_and_end(
         }
     }
     clear_pending(ws.runtime_dir(), action);
+    ws.trash().settle();
     crate::hook::note_written(ws, &written, action)?;
     Ok(())
 }
@@ -1214,9 +1215,9 @@ fn append_plan(ws: &Workspace, start: Start<'_>) -> Result<(), WorkspaceError> {
     };
     crate::failpoint::hit("rollback.before_plan")
         .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
-    ws.ledger()
-        .lock()?
-        .append_beside(&plan, fs_util::take_queued())?;
+    // Taken before the lock, which flushes whatever is still queued.
+    let beside = fs_util::take_queued();
+    ws.ledger().lock()?.append_beside(&plan, beside)?;
     for c in conflicts {
         write_conflict_file(ws, c)?;
     }

@@ -20,6 +20,7 @@ use crate::ids::Clock;
 use crate::ledger::{Ledger, LedgerError, LedgerRead};
 use crate::paths::{PathError, RUNTIME_DIR, RelPath};
 use crate::record::{Body, CheckpointRecord, Draft, Record};
+use crate::trash::Trash;
 
 /// The default `config.toml` that `ckpt init` writes.
 pub const DEFAULT_CONFIG: &str = include_str!("../.agent-runtime/config.toml");
@@ -95,6 +96,7 @@ pub struct Workspace {
     clock: Arc<Clock>,
     ledger: Ledger,
     blobs: BlobStore,
+    trash: Trash,
 }
 
 /// Finds the workspace for a command started in `cwd`: the git top level when
@@ -220,6 +222,7 @@ impl Workspace {
             confined,
             ledger: Ledger::new(rt.clone(), clock.clone()),
             blobs: BlobStore::new(rt.clone()),
+            trash: Trash::new(rt.clone()),
             rt,
             clock,
         })
@@ -257,6 +260,11 @@ impl Workspace {
     /// The workspace-confined file reader and writer.
     pub fn files(&self) -> &Confined {
         &self.confined
+    }
+
+    /// Where replaced files wait to be freed (see [`crate::trash`]).
+    pub fn trash(&self) -> &Trash {
+        &self.trash
     }
 
     /// The `.agent-runtime/` directory handle.

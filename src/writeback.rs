@@ -27,6 +27,7 @@ use crate::fs_util::{self, FsError};
 use crate::hash::{ContentHash, Hasher};
 use crate::paths::RelPath;
 use crate::record::{SYMLINK_MODE, file_mode_string};
+use crate::trash::Trash;
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// A state of one path, as a plan names it: its content hash (`None`: absent),
@@ -323,8 +324,9 @@ pub fn commit(
     p: Prepared,
     expect: &PathState,
     target: &PathState,
+    trash: &Trash,
 ) -> Result<Written, WorkspaceError> {
-    let result = commit_inner(&p, expect, target);
+    let result = commit_inner(&p, expect, target, trash);
     if !matches!(result, Ok(Written::Done)) {
         p.discard();
     }
@@ -335,6 +337,7 @@ fn commit_inner(
     p: &Prepared,
     expect: &PathState,
     target: &PathState,
+    trash: &Trash,
 ) -> Result<Written, WorkspaceError> {
     let rel = &p.rel;
     let dir = &p.dir;
@@ -358,7 +361,15 @@ fn commit_inner(
         let moved = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
         return Ok(Written::Raced(moved.state));
     }
+    // A regular file replaced or removed keeps a name in the trash, so its
+    // blocks are freed after the action, not inside this rename (see trash).
+    let regular = now.state.hash.is_some() && !now.state.is_symlink();
     match &p.tmp {
+        None if regular => {
+            trash
+                .remove(dir.as_fd(), name)
+                .map_err(|e| io_err("remove", rel, io::Error::from(e)))?;
+        }
         None => {
             rustix::fs::unlinkat(dir, name, AtFlags::empty())
                 .map_err(|e| io_err("remove", rel, e))?;
@@ -375,6 +386,9 @@ fn commit_inner(
             }
         }
         Some(tmp) => {
+            if regular {
+                trash.keep(dir.as_fd(), name);
+            }
             rustix::fs::renameat(dir, tmp.as_str(), dir, name)
                 .map_err(|e| io_err("rename into place", rel, e))?;
         }

@@ -1395,6 +1395,43 @@ fn a_crash_at_any_rollback_step_is_finished_by_the_next_command() {
 }
 
 #[test]
+fn replaced_files_are_freed_after_the_rollback_by_the_reaper() {
+    // A rollback links what it replaces into tmp/trash/ (so the rename frees
+    // nothing) and a detached `ckpt reap-trash` empties it afterwards.
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let (code, v) = rollback(&env, &["--to", &ck1]);
+    assert_eq!(code, 0, "{v:#}");
+    let trash = env.rt().join("tmp/trash");
+    assert!(trash.is_dir(), "the rollback used the trash");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_dir(&trash).unwrap().count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trash was never emptied: {:?}",
+            std::fs::read_dir(&trash).unwrap().collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // What the trash held is not needed: every byte the rollback replaced
+    // is in the store, and the verify of the whole runtime passes.
+    let r = ck(&env, &["verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(temps_left(&env).is_empty());
+}
+
+#[test]
+fn reap_trash_only_works_on_a_runtime_directory() {
+    let env = TestEnv::init();
+    let other = env.dir.path().join("not-runtime");
+    std::fs::create_dir_all(other.join("tmp/trash")).unwrap();
+    std::fs::write(other.join("tmp/trash/keep"), b"x").unwrap();
+    let r = ck(&env, &["reap-trash", other.to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(other.join("tmp/trash/keep").exists());
+}
+
+#[test]
 fn a_crash_before_the_plan_is_recorded_leaves_no_temp_files_and_no_action() {
     // The first files' temp copies are written before the plan is appended
     // (their syncs overlap its fdatasync): a crash in between must leave the

@@ -82,6 +82,12 @@ enum Command {
     Hook(hook::Args),
     /// Run a command between a pre and a post hook; exits with its status
     Exec(exec::Args),
+    /// Free what a rollback replaced (started detached by ckpt itself)
+    #[command(hide = true)]
+    ReapTrash {
+        /// The workspace's `.agent-runtime` directory.
+        runtime: PathBuf,
+    },
 }
 
 /// Process-level settings taken from the environment (the library never reads it).
@@ -168,13 +174,44 @@ impl Ctx {
 
     /// Opens the workspace without touching anything.
     pub fn open_read_only(&self) -> Result<Workspace, CommandError> {
-        Ok(Workspace::open(
+        let ws = Workspace::open(
             &self.workspace,
             OpenOptions {
                 clock: self.clock(),
             },
-        )?)
+        )?;
+        // Files a rollback replaces are freed by a detached `ckpt reap-trash`
+        // after it returns (see ckpt::trash).
+        if let Ok(exe) = std::env::current_exe() {
+            ws.trash().set_reaper(exe);
+        }
+        Ok(ws)
     }
+}
+
+/// `ckpt reap-trash RUNTIME`: empties `RUNTIME/tmp/trash/` (never following a
+/// symlink, and only in a directory named `.agent-runtime`). Silent; exit 0.
+fn reap_trash(runtime: &std::path::Path) -> i32 {
+    use std::os::fd::AsFd;
+    if runtime.file_name() != Some(std::ffi::OsStr::new(ckpt::paths::RUNTIME_DIR)) {
+        return error::USAGE;
+    }
+    let Ok(rt) = rustix::fs::open(
+        runtime,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return error::OK;
+    };
+    if let Ok(tmp) = ckpt::fs_util::open_dir(rt.as_fd(), "tmp")
+        && let Ok(trash) = ckpt::fs_util::open_dir(tmp.as_fd(), "trash")
+    {
+        ckpt::trash::empty_dir(trash.as_fd());
+    }
+    error::OK
 }
 
 pub fn main() -> i32 {
@@ -245,6 +282,7 @@ pub fn main() -> i32 {
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),
         Command::Exec(a) => exec::run(&mut ui, &ctx, a),
+        Command::ReapTrash { runtime } => Ok(reap_trash(runtime)),
     };
     let flushed = ui.flush();
     match result {
