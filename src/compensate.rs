@@ -24,7 +24,8 @@
 //! The command runs in the workspace root with stdin closed, inheriting the
 //! environment plus `CKPT_IDEMPOTENCY_KEY` and `CKPT_CALL`; its stdout and
 //! stderr go, interleaved, to `artifacts/outputs/<action>.out` (0600, capped
-//! at [`OUTPUT_CAP`] bytes, the rest counted and dropped).
+//! at [`OUTPUT_CAP`] bytes, the rest counted and dropped), with secrets
+//! redacted (`crate::redact`: it is tool output, not a content store).
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -41,6 +42,9 @@ use crate::workspace::{Workspace, WorkspaceError};
 
 /// The most output bytes kept per compensation run; the rest is counted only.
 pub const OUTPUT_CAP: u64 = 1 << 20;
+/// Bytes read past the cap before redacting, so a secret cut by the cap is
+/// still recognised and replaced whole.
+const OUTPUT_LOOKAHEAD: u64 = 64 * 1024;
 
 /// How to compensate.
 #[derive(Debug, Clone, Copy, Default)]
@@ -503,7 +507,7 @@ fn run(ws: &Workspace, report: &mut CompensateReport) -> Result<(), WorkspaceErr
         }
         Ran::NotStarted(e) => {
             let text = format!("cannot start `{}`: {e}", report.argv[0]);
-            let _ = writeln!(out, "ckpt: {text}");
+            let _ = writeln!(out, "ckpt: {}", crate::redact::redact_str(&text));
             report.message = Some(format!(
                 "the compensation of call {call} did not run: {text} (action {action}, recorded as failed); fix the command, then run `ckpt compensate {call}` again"
             ));
@@ -552,8 +556,8 @@ enum Ran {
     Lost(std::io::Error),
 }
 
-/// Starts the command (no shell), copies its interleaved stdout and stderr
-/// into `out` up to [`OUTPUT_CAP`] bytes, and waits for it.
+/// Starts the command (no shell), writes its interleaved stdout and stderr,
+/// redacted, into `out` up to [`OUTPUT_CAP`] bytes, and waits for it.
 fn spawn_and_capture(
     ws: &Workspace,
     report: &CompensateReport,
@@ -585,8 +589,13 @@ fn spawn_and_capture(
         Ok(c) => c,
         Err(e) => return Ran::NotStarted(e),
     };
+    // The output is held (up to the cap and a little more, so a secret
+    // straddling the cap is still recognised), redacted, then written once:
+    // `artifacts/outputs/` is not a content store (T24).
+    let hold = (OUTPUT_CAP + OUTPUT_LOOKAHEAD) as usize;
     let mut buf = vec![0u8; 64 * 1024];
-    let (mut kept, mut total) = (0u64, 0u64);
+    let mut held: Vec<u8> = Vec::new();
+    let mut total = 0u64;
     let mut capture_err = None;
     loop {
         let n = match reader.read(&mut buf) {
@@ -599,12 +608,20 @@ fn spawn_and_capture(
             }
         };
         total += n as u64;
-        let take = n.min(OUTPUT_CAP.saturating_sub(kept) as usize);
-        if take > 0 && capture_err.is_none() {
-            match out.write_all(&buf[..take]) {
-                Ok(()) => kept += take as u64,
-                Err(e) => capture_err = Some(e),
-            }
+        let take = n.min(hold.saturating_sub(held.len()));
+        held.extend_from_slice(&buf[..take]);
+    }
+    let redacted = crate::redact::redact_bytes(&held);
+    let keep = if held.len() as u64 > OUTPUT_CAP {
+        crate::redact::cut_bytes(&redacted, OUTPUT_CAP as usize)
+    } else {
+        redacted.len()
+    };
+    let mut kept = 0u64;
+    match out.write_all(&redacted[..keep]) {
+        Ok(()) => kept = (held.len() as u64).min(OUTPUT_CAP),
+        Err(e) => {
+            capture_err.get_or_insert(e);
         }
     }
     drop(reader);

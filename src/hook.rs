@@ -427,8 +427,7 @@ pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, Ho
             let label = ev
                 .prompt
                 .as_deref()
-                .and_then(|p| p.lines().map(str::trim).find(|l| !l.is_empty()))
-                .map(|l| l.chars().take(120).collect::<String>())
+                .and_then(prompt_label)
                 .or_else(|| Some("user prompt".into()));
             checkpoint(ws, ev, label)
         }
@@ -440,6 +439,18 @@ pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, Ho
             checkpoint(ws, ev, Some(label))
         }
     }
+}
+
+/// A prompt's first non-empty line, at most 120 characters, for a checkpoint
+/// label. Secrets are redacted before the line is taken and cut (T24), so a
+/// key block starting the prompt becomes one marker and a cut never leaves
+/// half a token behind; only the first 64 KiB are looked at.
+fn prompt_label(prompt: &str) -> Option<String> {
+    let p = prompt.trim_start();
+    let window = &p[..crate::redact::floor_char_boundary(p, 64 * 1024)];
+    let text = crate::redact::redact_str(window);
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(crate::redact::cut_chars(line, 120).0.to_string())
 }
 
 /// Runs `f` with a [`fs_util::SyncSet`] collecting its syncs; what is still

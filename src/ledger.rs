@@ -282,8 +282,12 @@ fn build_line(
     draft: &Draft,
 ) -> Result<(Vec<u8>, String), LedgerError> {
     let mut buf = Vec::with_capacity(384);
-    let fields = draft
-        .body
+    // Secrets in free-text fields are replaced before serialising (T24), so
+    // the hash below covers the redacted bytes and the JSON stays valid.
+    let redacted = crate::redact::record_body(&draft.body);
+    let fields = redacted
+        .as_ref()
+        .unwrap_or(&draft.body)
         .fields_json()
         .map_err(|e| io_err("serialise", e))?;
     buf.extend_from_slice(b"{\"v\":");

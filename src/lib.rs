@@ -61,6 +61,7 @@ pub mod patch;
 pub mod paths;
 pub mod record;
 pub mod recover;
+pub mod redact;
 pub mod rollback;
 pub mod scan;
 pub mod session;

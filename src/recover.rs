@@ -731,6 +731,9 @@ fn note(calls: &[CallVerdict], actions: &[ActionVerdict], torn: u64, now: String
 }
 
 fn write_note(ws: &Workspace, text: &str) -> Result<(), WorkspaceError> {
+    // Built from the ledger (already redacted); redacted again as the note is
+    // handed to a model (T24).
+    let text = crate::redact::redact_str(text);
     fs_util::write_atomic(
         ws.runtime_dir().as_fd(),
         "RECOVERY.md".as_ref(),

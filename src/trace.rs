@@ -16,8 +16,8 @@ const MAX_TRACE_BYTES: u64 = 16 * 1024 * 1024;
 pub const ERRORS_FILE: &str = "errors.jsonl";
 
 /// Appends one refusal to `errors.jsonl` (`{"ts", "code", …fields}`), size-capped
-/// like the trace. Callers pass codes, sizes and hashes, never payload text,
-/// so nothing secret from a payload lands here. Never fails.
+/// like the trace. Callers pass codes, sizes and hashes, never payload text;
+/// strings are redacted anyway (ids come from payloads). Never fails.
 pub fn error(rt: BorrowedFd<'_>, clock: &Clock, code: &str, fields: serde_json::Value) {
     append(rt, ERRORS_FILE, clock, "code", code, fields);
 }
@@ -33,8 +33,11 @@ fn append(
     clock: &Clock,
     key: &str,
     value: &str,
-    fields: serde_json::Value,
+    mut fields: serde_json::Value,
 ) {
+    // Callers pass codes, sizes, hashes and ids; an id can still come from a
+    // payload, so every string is redacted (T24).
+    crate::redact::redact_json(&mut fields);
     let mut obj = serde_json::Map::new();
     obj.insert("ts".into(), clock.now_rfc3339().into());
     obj.insert(key.into(), value.into());

@@ -295,6 +295,9 @@ impl Workspace {
             session_leaf,
             extra,
         } = opts;
+        // A label is free text (often a prompt's first line): the file and the
+        // record get the same redacted text (T24).
+        let label = label.map(|l| crate::redact::redact_str(&l).into_owned());
         // git status can take a while on big trees: read it before taking the lock.
         let git = crate::git::state(&self.root);
         let id = self.clock.new_id("ckpt_");

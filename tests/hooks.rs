@@ -33,20 +33,7 @@ fn fixture(env: &TestEnv, rel: &str) -> Vec<u8> {
 }
 
 pub fn hook(env: &TestEnv, phase: &str, payload: &[u8], extra_env: &[(&str, &str)]) -> Run {
-    let mut c = env.command(&["hook", phase]);
-    for (k, v) in extra_env {
-        c.env(k, v);
-    }
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(payload);
-    drop(stdin);
-    crate::common::run(child.wait_with_output().unwrap())
+    crate::common::run_with_stdin(env, &["hook", phase], payload, extra_env)
 }
 
 /// Runs a hook that must succeed.

@@ -15,6 +15,7 @@ mod path_corpus;
 mod recover;
 mod rollback;
 mod rollback_props;
+mod secrets;
 mod session;
 mod shell;
 

@@ -762,20 +762,22 @@ pub(crate) fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// Shortens agent-supplied text for a one-line message: control characters escaped, at most 64
-/// characters.
+/// Shortens agent-supplied text for a one-line message: secrets redacted (before the cut, so
+/// no half token is left), control characters escaped, at most 64 characters (a redaction
+/// marker is kept whole).
 pub(crate) fn short(s: &str) -> String {
+    let red = crate::redact::redact_str(s);
+    let (head, cut) = crate::redact::cut_chars(&red, 64);
     let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i == 64 {
-            out.push('…');
-            break;
-        }
+    for c in head.chars() {
         if c.is_control() {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
+    }
+    if cut {
+        out.push('…');
     }
     out
 }

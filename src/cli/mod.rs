@@ -223,7 +223,22 @@ pub fn main() -> i32 {
             } else {
                 error::OK
             };
-            let _ = e.print();
+            // clap quotes the offending argument; print it redacted if it
+            // holds a secret (losing clap's colours only then).
+            let plain = e.to_string();
+            match ckpt::redact::redact_str(&plain) {
+                std::borrow::Cow::Borrowed(_) => {
+                    let _ = e.print();
+                }
+                std::borrow::Cow::Owned(r) => {
+                    use std::io::Write;
+                    let _ = if e.use_stderr() {
+                        std::io::stderr().write_all(r.as_bytes())
+                    } else {
+                        std::io::stdout().write_all(r.as_bytes())
+                    };
+                }
+            }
             return code;
         }
     };

@@ -136,7 +136,8 @@ pub fn describe(r: &Record) -> (&'static str, String) {
 pub fn first_line(s: &str) -> String {
     let l = s.lines().next().unwrap_or("");
     if l.chars().count() > 80 {
-        format!("{}…", l.chars().take(79).collect::<String>())
+        // Never half a redaction marker.
+        format!("{}…", ckpt::redact::cut_chars(l, 79).0)
     } else {
         l.to_string()
     }

@@ -143,7 +143,8 @@ fn brief(v: &Value) -> String {
     };
     let s = s.replace(['\n', '\r', '\t'], " ");
     if s.chars().count() > 100 {
-        format!("{}…", s.chars().take(99).collect::<String>())
+        // Never half a redaction marker.
+        format!("{}…", ckpt::redact::cut_chars(&s, 99).0)
     } else {
         s
     }

@@ -1,5 +1,11 @@
 //! Terminal output: stdout carries data (or one JSON document with `--json`),
 //! stderr the rest. Colour only on a terminal and without `NO_COLOR`.
+//!
+//! The CLI's redaction layer (T24): [`Ui::line`], [`Ui::json`] and [`note`]
+//! redact secrets, so an error or a record that echoes payload text never
+//! prints a token. [`Ui::diff`] and [`Ui::out`] write bytes as given: file
+//! contents (diffs, merge views) and ledger lines embedded exactly as stored
+//! (already redacted when written).
 
 use std::io::{self, IsTerminal, Write};
 
@@ -23,14 +29,23 @@ impl Ui {
         &mut self.out
     }
 
-    /// Prints one JSON document on stdout.
+    /// Prints one JSON document on stdout, secrets redacted.
     pub fn json(&mut self, v: &serde_json::Value) -> io::Result<()> {
+        let mut copy;
+        let v = if ckpt::redact::json_may_contain_secret(v) {
+            copy = v.clone();
+            ckpt::redact::redact_json(&mut copy);
+            &copy
+        } else {
+            v
+        };
         serde_json::to_writer_pretty(&mut self.out, v)?;
         self.out.write_all(b"\n")
     }
 
+    /// Prints one line on stdout, secrets redacted.
     pub fn line(&mut self, s: &str) -> io::Result<()> {
-        self.out.write_all(s.as_bytes())?;
+        self.out.write_all(ckpt::redact::redact_str(s).as_bytes())?;
         self.out.write_all(b"\n")
     }
 
@@ -82,8 +97,9 @@ impl Ui {
     }
 }
 
-/// Prints a status line on stderr (progress, notes); never data.
+/// Prints a status line on stderr (progress, notes); never data. Secrets
+/// redacted: errors and warnings may quote payload text.
 #[allow(clippy::print_stderr)]
 pub fn note(s: &str) {
-    eprintln!("{s}");
+    eprintln!("{}", ckpt::redact::redact_str(s));
 }

@@ -148,3 +148,23 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// Runs `ckpt ARGS` in `env` with `stdin` piped in and `extra` set in its
+/// environment (hook payloads).
+pub fn run_with_stdin(env: &TestEnv, args: &[&str], stdin: &[u8], extra: &[(&str, &str)]) -> Run {
+    use std::io::Write;
+    let mut c = env.command(args);
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let _ = input.write_all(stdin);
+    drop(input);
+    run(child.wait_with_output().unwrap())
+}
