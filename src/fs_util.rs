@@ -231,6 +231,11 @@ impl Pending {
         self.0.is_empty()
     }
 
+    /// Adds `other`'s syncs to these.
+    pub fn extend(&mut self, mut other: Pending) {
+        self.0.append(&mut other.0);
+    }
+
     /// Runs the syncs now (concurrently); dropped unrun, they are run then too.
     pub fn run(mut self) -> io::Result<()> {
         run_syncs(&std::mem::take(&mut self.0))

@@ -1095,34 +1095,15 @@ fn execute_and_end(
         .filter(|&i| files[i].result.writes())
         .collect();
     for chunk in idx.chunks(256) {
-        let mut prepared = Vec::with_capacity(chunk.len());
-        for &i in chunk {
-            let f = &files[i];
-            if resumed {
-                writeback::sweep_temps_near(ws, &f.path);
-            }
-            let p = writeback::prepare(ws, &f.path, &f.to);
-            // The patch this write will be, its artifact written now (synced
-            // with the temp files); dropped if the file races.
-            let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
-            let patch = match &p {
-                Ok(_) => call::patch_for(
-                    ws,
-                    action,
-                    None,
-                    &f.path,
-                    &before,
-                    &after,
-                    PatchSource::Rollback,
-                )?
-                .map(|(d, _)| d),
-                Err(_) => None,
-            };
-            prepared.push((p, patch, after));
-        }
+        let (prepared, extra) = prepare_chunk(ws, action, files, chunk, resumed)?;
         match start.take() {
-            Some(fresh @ Start::Fresh { .. }) => append_plan(ws, fresh)?,
-            _ => fs_util::flush_queued().map_err(|e| FsError::new("sync", "the workspace", e))?,
+            Some(fresh @ Start::Fresh { .. }) => append_plan(ws, fresh, extra)?,
+            _ => {
+                let mut all = fs_util::take_queued();
+                all.extend(extra);
+                all.run()
+                    .map_err(|e| FsError::new("sync", "the workspace", e))?
+            }
         }
         for (&i, (p, patch, after)) in chunk.iter().zip(prepared) {
             let f = &mut files[i];
@@ -1157,7 +1138,7 @@ fn execute_and_end(
     }
     if let Some(fresh) = start.take() {
         // Nothing to write (only conflicts): the plan still comes first.
-        append_plan(ws, fresh)?;
+        append_plan(ws, fresh, fs_util::Pending::default())?;
     }
     set.flush()
         .map_err(|e| FsError::new("sync", "the workspace", e))?;
@@ -1206,17 +1187,102 @@ fn execute_and_end(
     Ok(())
 }
 
+/// One prepared write-back: the temp file (or why not), the patch it will
+/// be, and the state it leaves.
+type PreparedFile = (
+    Result<Option<writeback::Prepared>, WorkspaceError>,
+    Option<Draft>,
+    FileState,
+);
+
+/// Prepares the files `chunk` indexes: each one's temp file and its patch
+/// artifact (written now, synced with the temp files; dropped if the file
+/// races). Large chunks are split over two threads (hashing and copying
+/// from the store is CPU work); their queued syncs come back as the
+/// returned [`fs_util::Pending`], the calling thread's stay queued.
+fn prepare_chunk(
+    ws: &Workspace,
+    action: &str,
+    files: &[PlannedFile],
+    chunk: &[usize],
+    resumed: bool,
+) -> Result<(Vec<PreparedFile>, fs_util::Pending), WorkspaceError> {
+    let one = |i: usize| -> Result<PreparedFile, WorkspaceError> {
+        let f = &files[i];
+        if resumed {
+            writeback::sweep_temps_near(ws, &f.path);
+        }
+        let p = writeback::prepare(ws, &f.path, &f.to);
+        let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
+        let patch = match &p {
+            Ok(_) => call::patch_for(
+                ws,
+                action,
+                None,
+                &f.path,
+                &before,
+                &after,
+                PatchSource::Rollback,
+            )?
+            .map(|(d, _)| d),
+            Err(_) => None,
+        };
+        Ok((p, patch, after))
+    };
+    if chunk.len() < PARALLEL_FROM {
+        let v = chunk.iter().map(|&i| one(i)).collect::<Result<_, _>>()?;
+        return Ok((v, fs_util::Pending::default()));
+    }
+    let (first, second) = chunk.split_at(chunk.len() / 2);
+    let (b, a) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let set = fs_util::SyncSet::start();
+            let v = second
+                .iter()
+                .map(|&i| one(i))
+                .collect::<Result<Vec<_>, _>>();
+            let pending = fs_util::take_queued();
+            drop(set);
+            (v, pending)
+        });
+        let a = first.iter().map(|&i| one(i)).collect::<Result<Vec<_>, _>>();
+        let b = h.join().unwrap_or_else(|_| {
+            (
+                Err(WorkspaceError::Io(FsError::new(
+                    "prepare",
+                    "",
+                    std::io::Error::other("a worker thread panicked"),
+                ))),
+                fs_util::Pending::default(),
+            )
+        });
+        (b, a)
+    });
+    let (b, pending) = b;
+    let mut v = a?;
+    v.extend(b?);
+    Ok((v, pending))
+}
+
+/// Chunks this large are prepared on two threads.
+const PARALLEL_FROM: usize = 16;
+
 /// Appends a fresh action's plan, with the syncs queued so far (temp files
-/// and patch artifacts, which the plan does not name) run beside it, then
-/// writes its conflict files.
-fn append_plan(ws: &Workspace, start: Start<'_>) -> Result<(), WorkspaceError> {
+/// and patch artifacts, which the plan does not name, plus `extra` from
+/// worker threads) run beside it, then writes its conflict files.
+fn append_plan(
+    ws: &Workspace,
+    start: Start<'_>,
+    extra: fs_util::Pending,
+) -> Result<(), WorkspaceError> {
     let Start::Fresh { plan, conflicts } = start else {
         return Ok(());
     };
     crate::failpoint::hit("rollback.before_plan")
         .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
     // Taken before the lock, which flushes whatever is still queued.
-    let beside = fs_util::take_queued();
+    let mut beside = fs_util::take_queued();
+    beside.extend(extra);
     ws.ledger().lock()?.append_beside(&plan, beside)?;
     for c in conflicts {
         write_conflict_file(ws, c)?;
