@@ -111,6 +111,21 @@ pub fn patch_for(
     after: &FileState,
     source: PatchSource,
 ) -> Result<Option<(Draft, FilePatch)>, WorkspaceError> {
+    patch_record(ws, call, session, rel, (before, after), source, true)
+}
+
+/// [`patch_for`]; with `artifact` false no diff is written and `patch_ref`
+/// is `None` (ckpt's own rollback writes: both sides are blobs, and
+/// [`patch_diff`] renders the diff when someone asks for it).
+pub fn patch_record(
+    ws: &Workspace,
+    call: &str,
+    session: Option<&str>,
+    rel: &RelPath,
+    (before, after): (&FileState, &FileState),
+    source: PatchSource,
+    artifact: bool,
+) -> Result<Option<(Draft, FilePatch)>, WorkspaceError> {
     if before == after {
         return Ok(None);
     }
@@ -139,19 +154,23 @@ pub fn patch_for(
     let binary =
         b.as_deref().is_some_and(patch::is_binary) || a.as_deref().is_some_and(patch::is_binary);
     let (bm, am) = (before.mode_string(), after.mode_string());
-    let diff = patch::unified_diff(
-        rel.as_bytes(),
-        Side {
-            bytes: b.as_deref(),
-            mode: bm.as_deref(),
-        },
-        Side {
-            bytes: a.as_deref(),
-            mode: am.as_deref(),
-        },
-    );
     let id = ws.clock().new_id("p_");
-    let patch_ref = write_patch_artifact(ws, &id, &diff)?;
+    let patch_ref = if artifact {
+        let diff = patch::unified_diff(
+            rel.as_bytes(),
+            Side {
+                bytes: b.as_deref(),
+                mode: bm.as_deref(),
+            },
+            Side {
+                bytes: a.as_deref(),
+                mode: am.as_deref(),
+            },
+        );
+        Some(write_patch_artifact(ws, &id, &diff)?)
+    } else {
+        None
+    };
     let fp = FilePatch {
         patch: id,
         call: call.to_string(),
@@ -165,7 +184,7 @@ pub fn patch_for(
         before_perm: before.perm(),
         after_perm: after.perm(),
         binary,
-        patch_ref: Some(patch_ref),
+        patch_ref,
         source,
         candidates: Vec::new(),
     };
@@ -451,6 +470,31 @@ impl CallHandle<'_> {
             patches,
         })
     }
+}
+
+/// A patch's unified diff: its artifact, or for a patch recorded without
+/// one (a rollback's write) rendered from its before and after blobs.
+pub fn patch_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceError> {
+    if p.patch_ref.is_some() {
+        return read_patch_artifact(ws, &p.patch);
+    }
+    let load = |h: Option<crate::hash::ContentHash>| -> Result<Option<Vec<u8>>, WorkspaceError> {
+        h.map(|h| ws.blobs().get(&h))
+            .transpose()
+            .map_err(Into::into)
+    };
+    let (b, a) = (load(p.before_hash)?, load(p.after_hash)?);
+    Ok(patch::unified_diff(
+        p.path.as_bytes(),
+        Side {
+            bytes: b.as_deref(),
+            mode: p.before_mode.as_deref(),
+        },
+        Side {
+            bytes: a.as_deref(),
+            mode: p.after_mode.as_deref(),
+        },
+    ))
 }
 
 /// Reads a patch's diff artifact. The id must be a plain id (letters, digits,

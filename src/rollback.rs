@@ -1214,15 +1214,17 @@ fn prepare_chunk(
         }
         let p = writeback::prepare(ws, &f.path, &f.to);
         let (before, after) = (to_file_state(&f.from), to_file_state(&f.to));
+        // No diff artifact: a rollback's write is fully described by its
+        // before and after blobs (`ckpt show` renders the diff from them).
         let patch = match &p {
-            Ok(_) => call::patch_for(
+            Ok(_) => call::patch_record(
                 ws,
                 action,
                 None,
                 &f.path,
-                &before,
-                &after,
+                (&before, &after),
                 PatchSource::Rollback,
+                false,
             )?
             .map(|(d, _)| d),
             Err(_) => None,

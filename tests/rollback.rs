@@ -1421,6 +1421,29 @@ fn replaced_files_are_freed_after_the_rollback_by_the_reaper() {
 }
 
 #[test]
+fn a_rollback_patch_has_no_artifact_and_show_renders_its_diff() {
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let (code, v) = rollback(&env, &["--to", &ck1]);
+    assert_eq!(code, 0, "{v:#}");
+    let act = v["action"].as_str().unwrap().to_string();
+    let p = records(&env)
+        .into_iter()
+        .find(|r| r["kind"] == "file_patch" && r["call"] == act && r["path"] == "m.txt")
+        .expect("the rollback's patch of m.txt");
+    assert!(p["patch_ref"].is_null(), "{p}");
+    let r = ck(&env, &["show", p["patch"].as_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("diff --git a/m.txt b/m.txt"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("-agent 2"), "{}", r.stdout);
+    assert!(r.stdout.contains("+L2"), "{}", r.stdout);
+}
+
+#[test]
 fn reap_trash_only_works_on_a_runtime_directory() {
     let env = TestEnv::init();
     let other = env.dir.path().join("not-runtime");

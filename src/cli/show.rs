@@ -48,7 +48,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let mut diffs: Vec<(String, Vec<u8>)> = Vec::new();
     for (_, r) in &found {
         if let Body::FilePatch(p) = &r.body {
-            let d = ckpt::call::read_patch_artifact(&ws, &p.patch)
+            let d = ckpt::call::patch_diff(&ws, p)
                 .unwrap_or_else(|e| format!("(patch artifact unavailable: {e})\n").into_bytes());
             diffs.push((p.patch.clone(), d));
         }
