@@ -26,10 +26,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Mutex;
 
 use crate::call::FileState;
 use crate::config::Config;
@@ -37,6 +34,8 @@ use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
 use crate::paths::RelPath;
 use crate::workspace::{Workspace, WorkspaceError};
+
+mod walker;
 
 /// Entries modified this close to the snapshot are not trusted by stat alone.
 pub const RACY_NS: i64 = 50_000_000;
@@ -130,75 +129,10 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Walks the workspace: every regular file and symlink with its stat data.
+/// Walks the workspace: every regular file and symlink with its stat data
+/// (see [`walker`] for what is skipped and how).
 pub fn walk(root: &Path, cfg: &Config) -> io::Result<Vec<(Vec<u8>, Entry)>> {
-    let mut ib = ignore::gitignore::GitignoreBuilder::new(root);
-    for p in &cfg.ignore {
-        ib.add_line(None, p)
-            .map_err(|e| io::Error::other(format!("bad ignore pattern `{p}`: {e}")))?;
-    }
-    let extra = ib.build().map_err(|e| io::Error::other(e.to_string()))?;
-    let root_buf = root.to_path_buf();
-    let out = Mutex::new(Vec::new());
-    let mut wb = ignore::WalkBuilder::new(root);
-    wb.hidden(false)
-        .require_git(false)
-        .follow_links(false)
-        .parents(false)
-        .threads(
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-                .min(4),
-        )
-        .filter_entry(move |e| {
-            let name = e.file_name().as_bytes();
-            if name.eq_ignore_ascii_case(b".git") {
-                return false;
-            }
-            if e.depth() == 1 && name == crate::paths::RUNTIME_DIR.as_bytes() {
-                return false;
-            }
-            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
-            !extra.matched(e.path(), is_dir).is_ignore()
-        });
-    wb.build_parallel().run(|| {
-        let out = &out;
-        let root = root_buf.clone();
-        Box::new(move |res| {
-            use ignore::WalkState;
-            let Ok(e) = res else {
-                return WalkState::Continue;
-            };
-            let Some(ft) = e.file_type() else {
-                return WalkState::Continue;
-            };
-            if !(ft.is_file() || ft.is_symlink()) {
-                return WalkState::Continue;
-            }
-            let Ok(rel) = e.path().strip_prefix(&root) else {
-                return WalkState::Continue;
-            };
-            let Ok(md) = e.metadata() else {
-                return WalkState::Continue;
-            };
-            out.lock().unwrap_or_else(|p| p.into_inner()).push((
-                rel.as_os_str().as_bytes().to_vec(),
-                Entry {
-                    symlink: ft.is_symlink(),
-                    mode: md.mode() & 0o777,
-                    size: md.size(),
-                    mtime_ns: md.mtime() * 1_000_000_000 + md.mtime_nsec(),
-                    ctime_ns: md.ctime() * 1_000_000_000 + md.ctime_nsec(),
-                    ino: md.ino(),
-                    hash: None,
-                    git_oid: None,
-                },
-            ));
-            WalkState::Continue
-        })
-    });
-    Ok(out.into_inner().unwrap_or_else(|p| p.into_inner()))
+    walker::walk(root, &cfg.ignore)
 }
 
 fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
