@@ -156,16 +156,10 @@ pub fn patch_record(
     let (bm, am) = (before.mode_string(), after.mode_string());
     let id = ws.clock().new_id("p_");
     let patch_ref = if artifact {
-        let diff = patch::unified_diff(
-            rel.as_bytes(),
-            Side {
-                bytes: b.as_deref(),
-                mode: bm.as_deref(),
-            },
-            Side {
-                bytes: a.as_deref(),
-                mode: am.as_deref(),
-            },
+        let diff = diff_of(
+            rel,
+            (b.as_deref(), bm.as_deref()),
+            (a.as_deref(), am.as_deref()),
         );
         Some(write_patch_artifact(ws, &id, &diff)?)
     } else {
@@ -484,17 +478,24 @@ pub fn patch_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceErr
             .map_err(Into::into)
     };
     let (b, a) = (load(p.before_hash)?, load(p.after_hash)?);
-    Ok(patch::unified_diff(
-        p.path.as_bytes(),
-        Side {
-            bytes: b.as_deref(),
-            mode: p.before_mode.as_deref(),
-        },
-        Side {
-            bytes: a.as_deref(),
-            mode: p.after_mode.as_deref(),
-        },
+    Ok(diff_of(
+        &p.path,
+        (b.as_deref(), p.before_mode.as_deref()),
+        (a.as_deref(), p.after_mode.as_deref()),
     ))
+}
+
+/// The unified diff of `rel` from `(bytes, mode)` before to after.
+fn diff_of(
+    rel: &RelPath,
+    (b, bm): (Option<&[u8]>, Option<&str>),
+    (a, am): (Option<&[u8]>, Option<&str>),
+) -> Vec<u8> {
+    patch::unified_diff(
+        rel.as_bytes(),
+        Side { bytes: b, mode: bm },
+        Side { bytes: a, mode: am },
+    )
 }
 
 /// Reads a patch's diff artifact. The id must be a plain id (letters, digits,

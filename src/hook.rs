@@ -318,18 +318,11 @@ fn rebuild_registry(ws: &Workspace) -> BTreeMap<RelPath, AgentFile> {
     };
     let entry =
         |hash: Option<ContentHash>, mode: &Option<String>, perm: Option<u32>, call: &str| {
-            let symlink = mode.as_deref() == Some("120000");
+            let symlink = mode.as_deref() == Some(crate::record::SYMLINK_MODE);
             AgentFile {
                 hash,
-                mode: if symlink || hash.is_none() {
-                    None
-                } else {
-                    Some(perm.unwrap_or(if mode.as_deref() == Some("100755") {
-                        0o755
-                    } else {
-                        0o644
-                    }))
-                },
+                mode: (!symlink && hash.is_some())
+                    .then(|| perm.unwrap_or(crate::record::perm_of_mode(mode.as_deref(), None))),
                 symlink,
                 size: 0,
                 mtime_ns: 0,

@@ -539,5 +539,19 @@ pub fn file_mode_string(perm: u32) -> String {
     }
 }
 
+/// The permission bits a file of git-style `mode` gets: `base` (the bits it
+/// had) with the execute bits made to agree with the mode, or 0755 / 0644
+/// when nothing is known.
+pub fn perm_of_mode(mode: Option<&str>, base: Option<u32>) -> u32 {
+    let exec = mode == Some("100755");
+    match base {
+        Some(p) if (p & 0o111 != 0) == exec => p,
+        Some(p) if exec => p | ((p & 0o444) >> 2),
+        Some(p) => p & !0o111,
+        None if exec => 0o755,
+        None => 0o644,
+    }
+}
+
 /// The git-style mode string of a symlink.
 pub const SYMLINK_MODE: &str = "120000";

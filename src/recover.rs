@@ -554,11 +554,7 @@ fn check_uncertain(
                     None => crate::call::FileState::Absent,
                     Some(h) => crate::call::FileState::File {
                         hash: h,
-                        mode: if b.mode.as_deref() == Some("100755") {
-                            0o755
-                        } else {
-                            0o644
-                        },
+                        mode: crate::record::perm_of_mode(b.mode.as_deref(), None),
                     },
                 };
                 if let Some((d, _)) = crate::call::patch_for(

@@ -449,19 +449,6 @@ fn same_content(a: &PathState, b: &PathState) -> bool {
     a.hash == b.hash && kind(a) == kind(b)
 }
 
-/// Permission bits for a file of git mode `mode`, starting from `base`'s bits
-/// (the file's own, when it exists): only the exec bits change.
-fn perm_for(mode: Option<&str>, base: Option<u32>) -> u32 {
-    let exec = mode == Some("100755");
-    match base {
-        Some(p) if (p & 0o111 != 0) == exec => p,
-        Some(p) if exec => p | ((p & 0o444) >> 2),
-        Some(p) => p & !0o111,
-        None if exec => 0o755,
-        None => 0o644,
-    }
-}
-
 pub(crate) fn file_state(
     hash: Option<ContentHash>,
     mode: Option<&str>,
@@ -475,7 +462,7 @@ pub(crate) fn file_state(
             perm: None,
         },
         (Some(h), m) => {
-            let p = perm_for(m, perm);
+            let p = crate::record::perm_of_mode(m, perm);
             PathState {
                 hash: Some(h),
                 mode: Some(file_mode_string(p)),
@@ -1299,7 +1286,7 @@ fn to_file_state(s: &PathState) -> FileState {
         (Some(hash), Some(SYMLINK_MODE)) => FileState::Symlink { hash },
         (Some(hash), m) => FileState::File {
             hash,
-            mode: s.perm.unwrap_or(perm_for(m, None)) & 0o777,
+            mode: s.perm.unwrap_or(crate::record::perm_of_mode(m, None)) & 0o777,
         },
     }
 }

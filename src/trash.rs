@@ -3,13 +3,13 @@
 //! Freeing a file's blocks is not free: on ext4 mounted with `discard` and no
 //! journal (this project's machines), every freed extent is discarded
 //! synchronously, ~0.25 ms per file, and renaming a new file over an old one
-//! frees the old one inside the `rename`. A rollback of 110 files paid ~30 ms
-//! for it. So before a write-back replaces a regular file, it gives the old
+//! frees the old one inside the `rename` (110 files: ~30 ms, derived from
+//! the per-file figure). So before a write-back replaces a regular file, it gives the old
 //! inode a second name in `.agent-runtime/tmp/trash/` (one `link`, ~20 µs);
 //! a file it removes is renamed there instead of unlinked. The rename then
 //! frees nothing, and the trash is emptied after the action's end is
 //! recorded: by a detached `ckpt reap-trash` when the CLI registered one
-//! ([`Trash::set_reaper`]), else inline.
+//! ([`Trash::enable_reaper`]), else inline.
 //!
 //! Trash entries are never read: the bytes they hold were stored in the blob
 //! store before the action wrote anything. Emptying the trash at any moment,
@@ -18,9 +18,8 @@
 //! takes them.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use rustix::fs::AtFlags;
 
@@ -32,7 +31,7 @@ pub struct Trash {
     rt: Arc<OwnedFd>,
     dir: OnceLock<Option<OwnedFd>>,
     added: AtomicUsize,
-    reaper: Mutex<Option<PathBuf>>,
+    detach: AtomicBool,
 }
 
 impl Trash {
@@ -41,14 +40,15 @@ impl Trash {
             rt,
             dir: OnceLock::new(),
             added: AtomicUsize::new(0),
-            reaper: Mutex::new(None),
+            detach: AtomicBool::new(false),
         }
     }
 
-    /// Makes [`settle`](Self::settle) run `exe reap-trash` (detached) instead
-    /// of unlinking inline: the CLI passes its own executable.
-    pub fn set_reaper(&self, exe: PathBuf) {
-        *self.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(exe);
+    /// Makes [`settle`](Self::settle) run this executable's `reap-trash`
+    /// (detached) instead of unlinking inline: only the CLI, whose
+    /// executable is `ckpt`, turns it on.
+    pub fn enable_reaper(&self) {
+        self.detach.store(true, Ordering::Relaxed);
     }
 
     /// `.agent-runtime/tmp/trash/`, created on first use (`None` when it
@@ -93,20 +93,14 @@ impl Trash {
     }
 
     /// Empties the trash once an action is recorded as ended: in the
-    /// background through the registered reaper (even one file: its unlink
-    /// alone was measured at 0.25–4.6 ms here, starting the reaper at ~0.2 ms),
-    /// else now.
+    /// background through the reaper when the CLI enabled it (even for one
+    /// file: its unlink alone was measured at 0.25–4.6 ms here), else now.
     pub fn settle(&self) {
-        let n = self.added.swap(0, Ordering::Relaxed);
-        if n == 0 {
+        if self.added.swap(0, Ordering::Relaxed) == 0 {
             return;
         }
-        let exe = self
-            .reaper
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(exe) = exe
+        if self.detach.load(Ordering::Relaxed)
+            && let Ok(exe) = std::env::current_exe()
             && spawn_reaper(&exe, &self.rt)
         {
             return;

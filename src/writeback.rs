@@ -426,11 +426,7 @@ fn write_temp(
     }
     let perm = target
         .perm
-        .unwrap_or(if target.mode.as_deref() == Some("100755") {
-            0o755
-        } else {
-            0o644
-        })
+        .unwrap_or(crate::record::perm_of_mode(target.mode.as_deref(), None))
         & 0o777;
     let mut f = fs_util::create_excl(dir, OsStr::new(tmp), perm).map_err(Prep::Io)?;
     ws.blobs().copy_to(hash, &mut f).map_err(Prep::Blob)?;

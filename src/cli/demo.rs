@@ -497,30 +497,21 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
     let sid = "demo-conversation";
     let msg = |role: &str, text: &str| serde_json::json!({"role": role, "text": text});
     let fail_s = |e: ckpt::WorkspaceError| fail("recording the session", e);
-    session::append(
-        &ws,
-        sid,
-        EntryType::Message,
-        msg("user", "Add a greeting module"),
-        None,
-    )
-    .map_err(fail_s)?;
-    session::append(
-        &ws,
-        sid,
-        EntryType::AppState,
-        serde_json::json!({"mode": "edit", "model": "demo"}),
-        None,
-    )
-    .map_err(fail_s)?;
-    session::append(
-        &ws,
-        sid,
-        EntryType::Message,
-        msg("assistant", "Added src/greet.rs"),
-        None,
-    )
-    .map_err(fail_s)?;
+    let append = |entries: &[(EntryType, serde_json::Value)]| {
+        entries.iter().try_for_each(|(t, payload)| {
+            session::append(&ws, sid, *t, payload.clone(), None)
+                .map(|_| ())
+                .map_err(fail_s)
+        })
+    };
+    append(&[
+        (EntryType::Message, msg("user", "Add a greeting module")),
+        (
+            EntryType::AppState,
+            serde_json::json!({"mode": "edit", "model": "demo"}),
+        ),
+        (EntryType::Message, msg("assistant", "Added src/greet.rs")),
+    ])?;
     let records = ws.read_ledger().map_err(fail_s)?.records;
     let cp = ws
         .checkpoint(CheckpointOptions {
@@ -530,22 +521,13 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
             ..Default::default()
         })
         .map_err(fail_s)?;
-    session::append(
-        &ws,
-        sid,
-        EntryType::Message,
-        msg("user", "Now publish it"),
-        None,
-    )
-    .map_err(fail_s)?;
-    session::append(
-        &ws,
-        sid,
-        EntryType::Message,
-        msg("assistant", "Running cargo publish…"),
-        None,
-    )
-    .map_err(fail_s)?;
+    append(&[
+        (EntryType::Message, msg("user", "Now publish it")),
+        (
+            EntryType::Message,
+            msg("assistant", "Running cargo publish…"),
+        ),
+    ])?;
     let rs = session::restore_session(
         &ws,
         &cfg,

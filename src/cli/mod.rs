@@ -182,9 +182,7 @@ impl Ctx {
         )?;
         // Files a rollback replaces are freed by a detached `ckpt reap-trash`
         // after it returns (see ckpt::trash).
-        if let Ok(exe) = std::env::current_exe() {
-            ws.trash().set_reaper(exe);
-        }
+        ws.trash().enable_reaper();
         Ok(ws)
     }
 }
