@@ -202,7 +202,7 @@ pub fn marker(rule: &str, secret: &[u8]) -> String {
 /// True when `text` may hold a secret (cheap; a `true` can still come to
 /// nothing after the rules' own checks).
 pub fn may_contain_secret(text: &[u8]) -> bool {
-    text.len() >= MIN_LEN && COMPILED.set.is_match(text)
+    text.len() >= MIN_LEN && PREFILTER.is_match(text) && COMPILED.set.is_match(text)
 }
 
 /// Redacts `text`; borrowed when nothing was found.
@@ -343,6 +343,23 @@ pub fn json_may_contain_secret(v: &Value) -> bool {
 /// The keys of an action's outcome that hold free text.
 const FREE_TEXT_KEYS: &[&str] = &["error", "note", "message"];
 
+/// Whether a value of [`FREE_TEXT_KEYS`] anywhere in `v` may hold a secret
+/// (the prefilter alone: paths and results elsewhere in an outcome, say a
+/// `src/token.rs`, must not make a rollback compile the rule set).
+fn free_text_may_contain_secret(v: &Value) -> bool {
+    match v {
+        Value::Array(items) => items.iter().any(free_text_may_contain_secret),
+        Value::Object(map) => map.iter().any(|(k, x)| {
+            if FREE_TEXT_KEYS.contains(&k.as_str()) {
+                json_may_contain_secret(x)
+            } else {
+                free_text_may_contain_secret(x)
+            }
+        }),
+        _ => false,
+    }
+}
+
 /// Redacts the values of [`FREE_TEXT_KEYS`] wherever they occur in `v`.
 fn redact_free_text_keys(v: &mut Value) -> bool {
     match v {
@@ -403,7 +420,7 @@ pub fn record_body(body: &Body) -> Option<Body> {
         }
         Body::Action(a) => {
             let o = a.outcome.as_ref()?;
-            if !json_may_contain_secret(o) {
+            if !free_text_may_contain_secret(o) {
                 return None;
             }
             let mut a = a.clone();
@@ -470,6 +487,26 @@ pub fn floor_char_boundary(s: &str, i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_free_text_of_an_outcome_decides_whether_rules_run() {
+        let plain = serde_json::json!({"files": [
+            {"path": "src/token.rs", "result": "restored"},
+            {"path": "secret/passwords.txt", "result": "removed"}
+        ], "resumed": false});
+        assert!(!free_text_may_contain_secret(&plain));
+        let secret = format!("ghp_{}", "a1B2c3D4e5".repeat(4).get(..36).unwrap());
+        let in_path = serde_json::json!({"files": [{"path": secret, "result": "restored"}]});
+        assert!(json_may_contain_secret(&in_path));
+        assert!(
+            !free_text_may_contain_secret(&in_path),
+            "paths are not free text"
+        );
+        let noted = serde_json::json!({"files": [
+            {"path": "a.rs", "result": "failed", "note": format!("token {secret}")}
+        ]});
+        assert!(free_text_may_contain_secret(&noted));
+    }
 
     fn sha8(s: &str) -> String {
         ContentHash::of(s.as_bytes()).hex()[..8].to_string()
