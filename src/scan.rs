@@ -145,13 +145,11 @@ fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
 /// walk when missing or damaged).
 pub fn encode(s: &Snapshot) -> Vec<u8> {
     // Unsorted: the reader builds a map anyway.
-    let keys: Vec<&Vec<u8>> = s.entries.keys().collect();
-    let mut out = Vec::with_capacity(16 + keys.len() * 110);
+    let mut out = Vec::with_capacity(16 + s.entries.len() * 110);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&s.taken_ns.to_le_bytes());
-    out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
-    for k in keys {
-        let e = &s.entries[k];
+    out.extend_from_slice(&(s.entries.len() as u64).to_le_bytes());
+    for (k, e) in &s.entries {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
         let flags = u8::from(e.symlink)
@@ -307,25 +305,35 @@ fn git_clean_oid(gi: &GitIndex, key: &[u8], e: &Entry) -> Option<[u8; 20]> {
     ok.then_some(s.oid)
 }
 
+/// A walk compared with the snapshot it started from.
+struct Fresh {
+    snap: Snapshot,
+    /// Every entry of the old snapshot is there, with the same stat data and
+    /// content identity, and none was racy: the old snapshot (with its older
+    /// `taken_ns`) still describes the workspace and need not be rewritten.
+    unchanged: bool,
+}
+
 /// Walks the workspace and fills in content identities: unchanged entries keep
 /// theirs from `old`, git-clean files get their git blob id, everything else is
 /// read and stored.
-fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Snapshot, WorkspaceError> {
+fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, WorkspaceError> {
     let taken_ns = now_ns();
     let walked = walk(ws.root(), cfg)
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
     let mut git: Option<Option<GitIndex>> = None;
     let mut entries = PathMap::with_capacity_and_hasher(walked.len(), Default::default());
+    let mut kept = 0usize;
     for (key, mut e) in walked {
         if let Some(o) = old.and_then(|s| s.entries.get(&key).map(|o| (o, s.taken_ns))) {
             let (o, t) = o;
-            if o.same_stat(&e)
-                && e.mtime_ns < t - RACY_NS
-                && (o.hash.is_some() || o.git_oid.is_some())
-            {
+            if o.same_stat(&e) && e.mtime_ns < t - RACY_NS {
+                // Entries without an identity (too big to store, unreadable)
+                // stay without one until their stat data moves.
                 e.hash = o.hash;
                 e.git_oid = o.git_oid;
                 entries.insert(key, e);
+                kept += 1;
                 continue;
             }
         }
@@ -344,7 +352,11 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Snapsho
         }
         entries.insert(key, e);
     }
-    Ok(Snapshot { taken_ns, entries })
+    let unchanged = old.is_some_and(|o| kept == o.entries.len() && kept == entries.len());
+    Ok(Fresh {
+        snap: Snapshot { taken_ns, entries },
+        unchanged,
+    })
 }
 
 /// The before state of an entry, as a stored blob.
@@ -370,10 +382,27 @@ fn state_of(ws: &Workspace, e: &Entry) -> Result<FileState, WorkspaceError> {
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
     let old = load(&dir, "snapshot.bin");
-    let snap = fresh(ws, cfg, old.as_ref())?;
+    let Fresh { snap, unchanged } = fresh(ws, cfg, old.as_ref())?;
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
+    if unchanged && let Some(old) = old {
+        // Nothing moved since the current snapshot: it is the call's too (a
+        // second name; nothing is written or synced). A leftover file of the
+        // same name (a crash) gives way.
+        let _ = rustix::fs::unlinkat(&calls, name.as_str(), rustix::fs::AtFlags::empty());
+        if rustix::fs::linkat(
+            &dir,
+            "snapshot.bin",
+            &calls,
+            name.as_str(),
+            rustix::fs::AtFlags::empty(),
+        )
+        .is_ok()
+        {
+            return Ok(old);
+        }
+    }
     save(&calls, &name, &snap)?;
     let tmp = fs_util::temp_name(".ckpt-tmp-");
     let linked = rustix::fs::linkat(
@@ -404,7 +433,15 @@ pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
 /// Compares the workspace now with a call's pre snapshot; returns the changes
 /// (renames paired by content) and makes the new state the current snapshot.
 pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>, WorkspaceError> {
-    let now = fresh(ws, cfg, Some(pre))?;
+    let Fresh {
+        snap: now,
+        unchanged,
+    } = fresh(ws, cfg, Some(pre))?;
+    if unchanged {
+        // The call changed nothing: the current snapshot (the pre one, or a
+        // newer one another call saved since) stays.
+        return Ok(Vec::new());
+    }
     let mut changes = Vec::new();
     // Only the keys that differ are sorted (patches come out in path order).
     let mut keys: Vec<&Vec<u8>> = pre

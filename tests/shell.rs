@@ -336,3 +336,65 @@ fn a_change_seen_by_two_overlapping_shell_calls_names_both_and_is_recorded_once(
         "every candidate call is named, none guessed"
     );
 }
+
+/// A shell call that changes nothing leaves the snapshot file as it was (no
+/// rewrite, nothing synced); a change outside any call makes the next pre
+/// rewrite it, and is not blamed on that call.
+#[test]
+fn a_call_that_changes_nothing_rewrites_no_snapshot() {
+    use std::os::unix::fs::MetadataExt;
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    let snap = env.rt().join("index/snapshot.bin");
+    let ino = || std::fs::metadata(&snap).unwrap().ino();
+    let exec = |script: &str| {
+        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    // Past the racy window of the files `repo()` wrote.
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    exec("true");
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    exec("true");
+    let first = ino();
+    exec("true");
+    exec("true");
+    assert_eq!(ino(), first, "no-change calls keep the snapshot file");
+    assert_eq!(
+        std::fs::read_dir(env.rt().join("index/calls"))
+            .unwrap()
+            .count(),
+        0,
+        "no per-call snapshot is left behind"
+    );
+    let patches = |env: &TestEnv| {
+        records(env)
+            .into_iter()
+            .filter(|r| r["kind"] == "file_patch")
+            .count()
+    };
+    assert_eq!(patches(&env), 0);
+
+    // The user edits between calls: the next pre takes a new snapshot, and
+    // the call records nothing of the user's edit.
+    env.write("src/a.txt", b"user's line\n");
+    exec("true");
+    assert_ne!(ino(), first, "a change outside the call is a new snapshot");
+    assert_eq!(patches(&env), 0, "the user's edit is not the call's");
+    exec("printf 'B\\n' > src/b.txt");
+    let recs = records(&env);
+    let p: Vec<_> = recs.iter().filter(|r| r["kind"] == "file_patch").collect();
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0]["path"], "src/b.txt");
+    assert_eq!(
+        p[0]["before_hash"],
+        ckpt::ContentHash::of(b"bee\n").to_string()
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join("src/a.txt")).unwrap(),
+        b"user's line\n"
+    );
+}
