@@ -453,6 +453,28 @@ fn oversized_and_stalled_stdin_exit_1_quickly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(t.elapsed() < std::time::Duration::from_secs(3));
     assert!(records(&env).is_empty());
+
+    // Stdin redirected from a regular file (read without a watchdog thread):
+    // capped the same way, and a payload in a file is recorded as from a pipe.
+    let file_stdin = |bytes: &[u8]| {
+        let p = env.dir.path().join("stdin.json");
+        std::fs::write(&p, bytes).unwrap();
+        let mut c = env.command(&["hook", "pre"]);
+        c.stdin(std::fs::File::open(&p).unwrap());
+        c.output().unwrap()
+    };
+    let out = file_stdin(&big);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than"));
+    assert!(records(&env).is_empty());
+    let out = file_stdin(&fixture(&env, "claude/write_create.pre.json"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(records(&env).len(), 1);
 }
 
 #[test]
@@ -885,4 +907,44 @@ fn a_file_another_open_call_is_writing_is_not_reported_as_a_user_edit() {
     let recs = records(&env);
     assert!(recs.iter().all(|r| r["kind"] != "user_edit"), "{recs:#?}");
     assert_eq!(recs.iter().filter(|r| r["kind"] == "file_patch").count(), 2);
+}
+
+/// `ckpt hook` is parsed without clap in its common shapes; every shape must
+/// mean what clap makes of it.
+#[test]
+fn hook_arguments_parse_as_clap_would() {
+    let env = TestEnv::init();
+    let pre = fixture(&env, "generic/minimal.pre.json");
+    for args in [
+        vec!["pre", "--format", "generic"],
+        vec!["pre", "--format=generic"],
+        vec!["--json", "pre", "--format", "generic"],
+        vec!["pre", "--format", "generic", "--workspace", "."],
+    ] {
+        let mut a = vec!["hook"];
+        a.extend(&args);
+        let r = crate::common::run_with_stdin(&env, &a, &pre, &[]);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    }
+    // Malformed shapes are clap's usage errors (exit 2), never a recorded call.
+    for args in [
+        vec!["pre", "--format"],
+        vec!["bogus"],
+        vec!["pre", "extra"],
+        vec!["pre", "--format", "generic", "extra"],
+    ] {
+        let mut a = vec!["hook"];
+        a.extend(&args);
+        let r = crate::common::run_with_stdin(&env, &a, &pre, &[]);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+    }
+    // A format name that is not one is the hook's own refusal (exit 2 too).
+    let r = crate::common::run_with_stdin(&env, &["hook", "pre", "--format=vim"], &pre, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("vim"), "{}", r.stderr);
+    assert!(
+        crate::common::run_with_stdin(&env, &["hook", "--help"], b"", &[])
+            .stdout
+            .contains("post-failure")
+    );
 }

@@ -28,6 +28,14 @@ pub enum PhaseArg {
 }
 
 impl PhaseArg {
+    /// The phase a command-line word names (as clap spells them).
+    pub fn from_name(s: &str) -> Option<PhaseArg> {
+        use PhaseArg::*;
+        [Pre, Post, PostFailure, Prompt, SessionStart]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+
     fn name(self) -> &'static str {
         match self {
             PhaseArg::Pre => "pre",
@@ -47,6 +55,13 @@ pub struct Args {
     /// The payload's agent format (default: detected)
     #[arg(long, value_name = "claude|codex|gemini|cursor|generic")]
     format: Option<String>,
+}
+
+impl Args {
+    /// The arguments as the fast path in `cli::main` parsed them.
+    pub fn new(phase: PhaseArg, format: Option<String>) -> Args {
+        Args { phase, format }
+    }
 }
 
 /// Reads stdin up to the cap, giving up after `timeout` (a stalled writer must
@@ -88,8 +103,17 @@ fn read_stdin_ready(head: &mut Vec<u8>) -> Option<Result<Vec<u8>, HookInputError
     let stdin = std::io::stdin();
     let fd = stdin.as_fd();
     let st = rustix::fs::fstat(fd).ok()?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::Fifo {
-        return None;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Fifo => {}
+        // A regular file never blocks: read it here, capped, with no thread.
+        FileType::RegularFile => {
+            let mut stdin = stdin.lock();
+            return Some(capture::read_capped(
+                &mut stdin as &mut dyn Read,
+                capture::MAX_STDIN,
+            ));
+        }
+        _ => return None,
     }
     let flags = rustix::fs::fcntl_getfl(fd).ok()?;
     if flags.contains(OFlags::NONBLOCK) {
