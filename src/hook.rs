@@ -708,27 +708,31 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 let others = open_scan_calls(ws, &call);
                 let changes = crate::scan::post(ws, cfg, &pre_snap);
                 let changes = changes?;
-                for ch in changes {
-                    // A change another call already recorded exactly (an edit tool
-                    // that ran during this call's window) is that call's, not ours.
-                    // (Its write must fall inside our window: what we saw before the
-                    // call differs from what it left, and what is there now is exactly it.)
-                    let after = Snap::from_state(&ch.after);
-                    let before = Snap::from_state(&ch.before);
-                    if let Some(af) = reg.get(&ch.path)
-                        && af.call != call
-                        && ch.from.is_none()
-                        && af.hash.is_some()
-                        && (af.hash, af.mode, af.symlink) == (after.hash, after.mode, after.symlink)
-                        && (af.hash, af.mode, af.symlink) != (before.hash, before.mode, before.symlink)
-                    {
-                        continue;
-                    }
-                    let patch = match &ch.from {
-                        Some(from) => Some(call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell)?),
-                        None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell)?,
-                    };
-                    if let Some((mut d, _)) = patch {
+                // A change another call already recorded exactly (an edit tool
+                // that ran during this call's window) is that call's, not ours.
+                // (Its write must fall inside our window: what we saw before the
+                // call differs from what it left, and what is there now is exactly it.)
+                let mine: Vec<_> = changes
+                    .into_iter()
+                    .filter(|ch| {
+                        let after = Snap::from_state(&ch.after);
+                        let before = Snap::from_state(&ch.before);
+                        !reg.get(&ch.path).is_some_and(|af| {
+                            af.call != call
+                                && ch.from.is_none()
+                                && af.hash.is_some()
+                                && (af.hash, af.mode, af.symlink) == (after.hash, after.mode, after.symlink)
+                                && (af.hash, af.mode, af.symlink) != (before.hash, before.mode, before.symlink)
+                        })
+                    })
+                    .collect();
+                // Diffs and artifacts, on two threads when there are many.
+                let made = crate::par::map(&mine, |ch| match &ch.from {
+                    Some(from) => call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell).map(Some),
+                    None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell),
+                });
+                for (ch, patch) in mine.iter().zip(made) {
+                    if let Some((mut d, _)) = patch? {
                         if !others.is_empty()
                             && let Body::FilePatch(fp) = &mut d.body
                         {

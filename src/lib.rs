@@ -57,6 +57,7 @@ pub mod hook;
 pub mod ids;
 pub mod ledger;
 pub mod merge;
+mod par;
 pub mod patch;
 pub mod paths;
 pub mod record;

@@ -307,11 +307,33 @@ fn git_clean_oid(gi: &GitIndex, key: &[u8], e: &Entry) -> Option<[u8; 20]> {
 
 /// A walk compared with the snapshot it started from.
 struct Fresh {
-    snap: Snapshot,
+    taken_ns: i64,
+    /// What the walk found, with content identities filled in.
+    walked: Vec<(Vec<u8>, Entry)>,
+    /// Indexes into `walked` of entries left out (a name that is no path).
+    dropped: Vec<usize>,
     /// Every entry of the old snapshot is there, with the same stat data and
     /// content identity, and none was racy: the old snapshot (with its older
     /// `taken_ns`) still describes the workspace and need not be rewritten.
     unchanged: bool,
+}
+
+impl Fresh {
+    /// The walk as a snapshot (a map: built only when it is needed, which a
+    /// call that changed nothing never does).
+    fn into_snapshot(self) -> Snapshot {
+        let mut entries = PathMap::with_capacity_and_hasher(self.walked.len(), Default::default());
+        let mut dropped = self.dropped.into_iter().peekable();
+        for (i, (k, e)) in self.walked.into_iter().enumerate() {
+            if dropped.next_if_eq(&i).is_none() {
+                entries.insert(k, e);
+            }
+        }
+        Snapshot {
+            taken_ns: self.taken_ns,
+            entries,
+        }
+    }
 }
 
 /// Walks the workspace and fills in content identities: unchanged entries keep
@@ -319,20 +341,22 @@ struct Fresh {
 /// read and stored.
 fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, WorkspaceError> {
     let taken_ns = now_ns();
-    let walked = walk(ws.root(), cfg)
+    let mut walked = walk(ws.root(), cfg)
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
     let mut git: Option<Option<GitIndex>> = None;
-    let mut entries = PathMap::with_capacity_and_hasher(walked.len(), Default::default());
     let mut kept = 0usize;
-    for (key, mut e) in walked {
-        if let Some(o) = old.and_then(|s| s.entries.get(&key).map(|o| (o, s.taken_ns))) {
+    let mut dropped = Vec::new();
+    // Entries whose content must be read and stored: done after the loop,
+    // on two threads when there are many (a shell call that wrote files).
+    let mut to_store: Vec<(usize, RelPath)> = Vec::new();
+    for (i, (key, e)) in walked.iter_mut().enumerate() {
+        if let Some(o) = old.and_then(|s| s.entries.get(key).map(|o| (o, s.taken_ns))) {
             let (o, t) = o;
-            if o.same_stat(&e) && e.mtime_ns < t - RACY_NS {
+            if o.same_stat(e) && e.mtime_ns < t - RACY_NS {
                 // Entries without an identity (too big to store, unreadable)
                 // stay without one until their stat data moves.
                 e.hash = o.hash;
                 e.git_oid = o.git_oid;
-                entries.insert(key, e);
                 kept += 1;
                 continue;
             }
@@ -341,20 +365,26 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
             crate::git::index_stats(ws.root()).map(|(map, mtime_ns)| GitIndex { map, mtime_ns })
         });
         if let Some(gi) = gi
-            && let Some(oid) = git_clean_oid(gi, &key, &e)
+            && let Some(oid) = git_clean_oid(gi, key, e)
         {
             e.git_oid = Some(oid);
         } else if e.size <= cfg.max_blob_bytes {
-            let Ok(rel) = RelPath::from_ledger(&key) else {
+            let Ok(rel) = RelPath::from_ledger(key) else {
+                dropped.push(i);
                 continue;
             };
-            e.hash = store(ws, &rel, &e)?;
+            to_store.push((i, rel));
         }
-        entries.insert(key, e);
     }
-    let unchanged = old.is_some_and(|o| kept == o.entries.len() && kept == entries.len());
+    let stored = crate::par::map(&to_store, |(i, rel)| store(ws, rel, &walked[*i].1));
+    for ((i, _), hash) in to_store.iter().zip(stored) {
+        walked[*i].1.hash = hash?;
+    }
+    let unchanged = old.is_some_and(|o| kept == o.entries.len() && kept == walked.len());
     Ok(Fresh {
-        snap: Snapshot { taken_ns, entries },
+        taken_ns,
+        walked,
+        dropped,
         unchanged,
     })
 }
@@ -382,11 +412,13 @@ fn state_of(ws: &Workspace, e: &Entry) -> Result<FileState, WorkspaceError> {
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
     let old = load(&dir, "snapshot.bin");
-    let Fresh { snap, unchanged } = fresh(ws, cfg, old.as_ref())?;
+    let fresh = fresh(ws, cfg, old.as_ref())?;
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
-    if unchanged && let Some(old) = old {
+    if fresh.unchanged
+        && let Some(old) = old
+    {
         // Nothing moved since the current snapshot: it is the call's too (a
         // second name; nothing is written or synced). A leftover file of the
         // same name (a crash) gives way.
@@ -403,6 +435,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
             return Ok(old);
         }
     }
+    let snap = fresh.into_snapshot();
     save(&calls, &name, &snap)?;
     let tmp = fs_util::temp_name(".ckpt-tmp-");
     let linked = rustix::fs::linkat(
@@ -433,15 +466,13 @@ pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
 /// Compares the workspace now with a call's pre snapshot; returns the changes
 /// (renames paired by content) and makes the new state the current snapshot.
 pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>, WorkspaceError> {
-    let Fresh {
-        snap: now,
-        unchanged,
-    } = fresh(ws, cfg, Some(pre))?;
-    if unchanged {
+    let fresh = fresh(ws, cfg, Some(pre))?;
+    if fresh.unchanged {
         // The call changed nothing: the current snapshot (the pre one, or a
         // newer one another call saved since) stays.
         return Ok(Vec::new());
     }
+    let now = fresh.into_snapshot();
     let mut changes = Vec::new();
     // Only the keys that differ are sorted (patches come out in path order).
     let mut keys: Vec<&Vec<u8>> = pre
@@ -457,6 +488,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
         .collect();
     keys.sort();
     keys.dedup();
+    let mut differ = Vec::new();
     for key in keys {
         let Ok(rel) = RelPath::from_ledger(key) else {
             continue;
@@ -469,14 +501,18 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
                     && match (b.hash, a.hash, b.git_oid, a.git_oid) {
                         (Some(x), Some(y), _, _) => x == y,
                         (_, _, Some(x), Some(y)) => x == y,
+                        // Compare by git blob id without storing the old
+                        // content (only when the size allows equal bytes).
                         (None, Some(y), Some(oid), None) => {
-                            // Compare by git blob id without storing the old content.
-                            ws.blobs()
-                                .get(&y)
-                                .map(|bytes| {
-                                    crate::git::blob_id_checked(&bytes) == crate::hash::hex(&oid)
-                                })
-                                .unwrap_or(false)
+                            b.size == a.size
+                                && ws
+                                    .blobs()
+                                    .get(&y)
+                                    .map(|bytes| {
+                                        crate::git::blob_id_checked(&bytes)
+                                            == crate::hash::hex(&oid)
+                                    })
+                                    .unwrap_or(false)
                         }
                         _ => false,
                     }
@@ -484,9 +520,13 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
             (None, None) => true,
             _ => false,
         };
-        if same {
-            continue;
+        if !same {
+            differ.push((rel, b, a));
         }
+    }
+    // The before contents of git-clean files are read from git's objects and
+    // stored here: on two threads when many files changed.
+    let states = crate::par::map(&differ, |(_, b, a)| -> Result<_, WorkspaceError> {
         let before = match b {
             Some(b) => state_of(ws, b)?,
             None => FileState::Absent,
@@ -495,6 +535,10 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
             Some(a) => state_of(ws, a)?,
             None => FileState::Absent,
         };
+        Ok((before, after))
+    });
+    for ((rel, _, _), st) in differ.into_iter().zip(states) {
+        let (before, after) = st?;
         if before != after {
             changes.push(Change {
                 path: rel,

@@ -398,3 +398,85 @@ fn a_call_that_changes_nothing_rewrites_no_snapshot() {
         b"user's line\n"
     );
 }
+
+/// A call that changes many files (its contents stored, its before contents
+/// read from git, its patches written on two threads): every change is
+/// recorded once, in path order, with the right before and after.
+#[test]
+fn a_call_changing_many_files_records_each_exactly_once() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = TestEnv::new();
+    for i in 0..60 {
+        env.write(
+            &format!("src/f{i:02}.txt"),
+            format!("file {i}\n").as_bytes(),
+        );
+    }
+    git(&env, &["init", "-q"]);
+    git(&env, &["add", "-A"]);
+    git(&env, &["commit", "-qm", "init"]);
+    // 40 modified, 5 deleted, 10 created.
+    let script = "for i in $(seq -w 0 39); do echo changed >> src/f$i.txt; done; \
+                  rm src/f4[0-4].txt; for i in $(seq 0 9); do echo new $i > src/new$i.txt; done";
+    let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let recs = records(&env);
+    let patches: Vec<_> = recs.iter().filter(|r| r["kind"] == "file_patch").collect();
+    assert_eq!(patches.len(), 55, "{patches:#?}");
+    let paths: Vec<&str> = patches
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(paths, sorted, "once each, in path order");
+    for p in &patches {
+        let path = p["path"].as_str().unwrap();
+        let (op, before, after) = (
+            p["op"].as_str().unwrap(),
+            &p["before_hash"],
+            &p["after_hash"],
+        );
+        if let Some(i) = path.strip_prefix("src/new") {
+            let i = i.trim_end_matches(".txt");
+            assert_eq!(op, "create", "{path}");
+            assert_eq!(
+                after,
+                &ckpt::ContentHash::of(format!("new {i}\n").as_bytes()).to_string()
+            );
+            continue;
+        }
+        let i: usize = path[5..7].parse().unwrap();
+        let old = format!("file {i}\n");
+        assert_eq!(
+            before,
+            &ckpt::ContentHash::of(old.as_bytes()).to_string(),
+            "{path}"
+        );
+        if i < 40 {
+            assert_eq!(op, "modify", "{path}");
+            let new = format!("{old}changed\n");
+            assert_eq!(after, &ckpt::ContentHash::of(new.as_bytes()).to_string());
+            if i % 13 == 0 {
+                crate::hooks::git_apply_reproduces(&env, p, Some(&old), Some(&new), "modify");
+            }
+        } else {
+            assert_eq!(op, "delete", "{path}");
+        }
+    }
+    // And all of it goes back.
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for i in 0..60 {
+        assert_eq!(
+            std::fs::read_to_string(env.ws.join(format!("src/f{i:02}.txt"))).unwrap(),
+            format!("file {i}\n")
+        );
+    }
+    assert!(!env.ws.join("src/new0.txt").exists());
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}

@@ -51,6 +51,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
 use super::Entry;
+use crate::par::cpus;
 
 /// Entries the calling thread handles alone before a helper may join. Measured
 /// on the 2-core bench machine: in-process, a helper from the start walks W1
@@ -172,12 +173,6 @@ pub(crate) fn walk_with(
         }
     });
     Ok(out)
-}
-
-/// CPUs available to this process (asked once: it reads cgroup files).
-fn cpus() -> usize {
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The rules one directory adds (only directories with rule files get one).
