@@ -188,6 +188,9 @@ impl Workspace {
                 }
             }
         }
+        // The directories' syncs run together at the end (one wait, not seven
+        // in a row): nothing in them is published before they are durable.
+        let set = fs_util::SyncSet::start();
         for d in ["tmp", "checkpoints", "artifacts", "conflicts"] {
             fs_util::open_or_create_private_dir(rt, d).map_err(|e| ws.rt_err("create", d, e))?;
         }
@@ -197,6 +200,8 @@ impl Workspace {
             fs_util::open_or_create_private_dir(art.as_fd(), d)
                 .map_err(|e| ws.rt_err("create", d, e))?;
         }
+        set.flush()
+            .map_err(|e| ws.rt_err("sync", "the new directories", e))?;
         Ok((
             ws,
             InitStats {

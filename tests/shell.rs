@@ -461,7 +461,7 @@ fn a_call_changing_many_files_records_each_exactly_once() {
             assert_eq!(op, "modify", "{path}");
             let new = format!("{old}changed\n");
             assert_eq!(after, &ckpt::ContentHash::of(new.as_bytes()).to_string());
-            if i % 13 == 0 {
+            if i.is_multiple_of(13) {
                 crate::hooks::git_apply_reproduces(&env, p, Some(&old), Some(&new), "modify");
             }
         } else {
