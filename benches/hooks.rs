@@ -36,6 +36,13 @@ fn edit(ws: &Path, event: &str, id: &str, file: &Path) -> String {
     hookrun::edit(ws, event, id, file)
 }
 
+/// Flushes dirty data and waits a second: bulk deletions and writes of an
+/// earlier step (discards, writeback) must not be charged to the next one.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+}
+
 fn ckpt() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
@@ -117,6 +124,7 @@ fn main() {
         eprintln!("{}: ready in {:?}", spec.name, t.elapsed());
         let ws = g.root.clone();
         let rt = ws.join(".agent-runtime");
+        settle();
 
         // First use on a clean checkout: the first hook inits and snapshots.
         let mut first = Vec::new();
@@ -160,7 +168,10 @@ fn main() {
             ),
         );
 
-        // pre+post around a one-file Edit.
+        // pre+post around a one-file Edit. The first-use runs above deleted
+        // `.agent-runtime` (and its multi-megabyte snapshot) five times, which
+        // no agent session does: let the disk finish that first.
+        settle();
         let files = g.pick_files(n_edit, 7);
         let before_bytes = dir_bytes(&rt);
         let mut pair = Vec::new();
@@ -238,6 +249,8 @@ fn main() {
         // Resynchronise the snapshot after the edits above (untimed).
         hook(&ws, "pre", &bash(&ws, "PreToolUse", "sync"));
         hook(&ws, "post", &bash(&ws, "PostToolUse", "sync"));
+        // The shadow repository was just written (hundreds of MB on W2/W3).
+        settle();
         let mut nochange = Vec::new();
         for i in 0..n_shell {
             let id = format!("nc{i}");

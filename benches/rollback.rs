@@ -397,6 +397,10 @@ fn main() {
         let t = Instant::now();
         let g = workload::generate(spec, &base.join(spec.name)).expect("generate workload");
         eprintln!("{}: ready in {:?}", spec.name, t.elapsed());
+        // Whatever ran before (another workspace's shadow repository, another
+        // bench) must not be charged to this one: flush, then wait a second.
+        sync();
+        std::thread::sleep(Duration::from_secs(1));
         let mut push = |name: &str, v: String| {
             // Rows are matched by position within a column's sequence, so that
             // the repeated "  ÷ ckpt" rows stay apart.

@@ -188,12 +188,16 @@ impl Workspace {
                 }
             }
         }
-        // The directories' syncs run together at the end (one wait, not seven
+        // The directories' syncs run together at the end (one wait, not eight
         // in a row): nothing in them is published before they are durable.
         let set = fs_util::SyncSet::start();
         for d in ["tmp", "checkpoints", "artifacts", "conflicts"] {
             fs_util::open_or_create_private_dir(rt, d).map_err(|e| ws.rt_err("create", d, e))?;
         }
+        // The trash (src/trash.rs) too, so a first rollback does not create it.
+        let tmp = fs_util::open_dir(rt, "tmp").map_err(|e| ws.rt_err("open", "tmp", e))?;
+        fs_util::open_or_create_private_dir(tmp.as_fd(), "trash")
+            .map_err(|e| ws.rt_err("create", "tmp/trash", e))?;
         let art =
             fs_util::open_dir(rt, "artifacts").map_err(|e| ws.rt_err("open", "artifacts", e))?;
         for d in ["blobs", "patches", "outputs"] {
