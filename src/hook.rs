@@ -706,8 +706,12 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // Other shell calls open right now could have made any change we
                 // see: name them all rather than guess (issue 3).
                 let others = open_scan_calls(ws, &call);
-                let changes = crate::scan::post(ws, cfg, &pre_snap);
-                let changes = changes?;
+                let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
+                for rel in unknown {
+                    warnings.push(format!(
+                        "`{rel}` changed, but its content before or after the call could not be stored (too large, unreadable, or a damaged git object): not recorded, and a rollback will not touch it"
+                    ));
+                }
                 // A change another call already recorded exactly (an edit tool
                 // that ran during this call's window) is that call's, not ours.
                 // (Its write must fall inside our window: what we saw before the

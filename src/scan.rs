@@ -389,21 +389,23 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
     })
 }
 
-/// The before state of an entry, as a stored blob.
-fn state_of(ws: &Workspace, e: &Entry) -> Result<FileState, WorkspaceError> {
+/// The state of a present entry, as a stored blob; `None` when its content
+/// is unknown (too big to store, unreadable, or a git object that cannot be
+/// read): such a file is never mistaken for an absent one.
+fn state_of(ws: &Workspace, e: &Entry) -> Result<Option<FileState>, WorkspaceError> {
     let hash = match (e.hash, e.git_oid) {
-        (Some(h), _) => Some(h),
+        (Some(h), _) => h,
         (None, Some(oid)) => match crate::git::read_blob(ws.root(), &oid) {
-            Some(bytes) => Some(ws.blobs().put_bytes(&bytes)?),
-            None => None,
+            Some(bytes) => ws.blobs().put_bytes(&bytes)?,
+            None => return Ok(None),
         },
-        _ => None,
+        _ => return Ok(None),
     };
-    Ok(match hash {
-        None => FileState::Absent,
-        Some(hash) if e.symlink => FileState::Symlink { hash },
-        Some(hash) => FileState::File { hash, mode: e.mode },
-    })
+    Ok(Some(if e.symlink {
+        FileState::Symlink { hash }
+    } else {
+        FileState::File { hash, mode: e.mode }
+    }))
 }
 
 /// Takes the snapshot a shell call starts from, saves it for the call's post
@@ -463,14 +465,25 @@ pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
     s
 }
 
+/// What a call changed, as [`post`] found it.
+#[derive(Debug, Default)]
+pub struct Scanned {
+    /// The changes, renames paired by content, in path order.
+    pub changes: Vec<Change>,
+    /// Paths that changed but whose before or after content is unknown (too
+    /// big to store, unreadable, or an unreadable git object): not recorded,
+    /// since ckpt could not undo them.
+    pub unknown: Vec<RelPath>,
+}
+
 /// Compares the workspace now with a call's pre snapshot; returns the changes
 /// (renames paired by content) and makes the new state the current snapshot.
-pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>, WorkspaceError> {
+pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, WorkspaceError> {
     let fresh = fresh(ws, cfg, Some(pre))?;
     if fresh.unchanged {
         // The call changed nothing: the current snapshot (the pre one, or a
         // newer one another call saved since) stays.
-        return Ok(Vec::new());
+        return Ok(Scanned::default());
     }
     let now = fresh.into_snapshot();
     let mut changes = Vec::new();
@@ -529,16 +542,20 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
     let states = crate::par::map(&differ, |(_, b, a)| -> Result<_, WorkspaceError> {
         let before = match b {
             Some(b) => state_of(ws, b)?,
-            None => FileState::Absent,
+            None => Some(FileState::Absent),
         };
         let after = match a {
             Some(a) => state_of(ws, a)?,
-            None => FileState::Absent,
+            None => Some(FileState::Absent),
         };
         Ok((before, after))
     });
+    let mut unknown = Vec::new();
     for ((rel, _, _), st) in differ.into_iter().zip(states) {
-        let (before, after) = st?;
+        let (Some(before), Some(after)) = st? else {
+            unknown.push(rel);
+            continue;
+        };
         if before != after {
             changes.push(Change {
                 path: rel,
@@ -550,7 +567,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Vec<Change>,
     }
     pair_renames(&mut changes);
     save(&index_dir(ws)?, "snapshot.bin", &now)?;
-    Ok(changes)
+    Ok(Scanned { changes, unknown })
 }
 
 /// A deleted path and a created one with the same content become one rename.

@@ -480,3 +480,58 @@ fn a_call_changing_many_files_records_each_exactly_once() {
     assert!(!env.ws.join("src/new0.txt").exists());
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
+
+/// A changed file whose before content cannot be had (its git object is
+/// gone) is not recorded as created: nothing is recorded for it, a warning
+/// says so, and a rollback leaves it alone. The other changes are recorded.
+#[test]
+fn a_change_whose_before_content_is_lost_is_not_recorded_as_a_create() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    // Past the racy window, so the first snapshot trusts git's index.
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The loose object holding src/a.txt's committed bytes disappears.
+    let oid = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD:src/a.txt"])
+        .current_dir(&env.ws)
+        .output()
+        .unwrap();
+    let oid = String::from_utf8(oid.stdout).unwrap().trim().to_string();
+    std::fs::remove_file(env.ws.join(".git/objects").join(&oid[..2]).join(&oid[2..])).unwrap();
+    let r = env.ckpt(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "echo agent >> src/a.txt; echo agent >> src/b.txt",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("src/a.txt") && r.stderr.contains("not recorded"),
+        "{}",
+        r.stderr
+    );
+    let recs = records(&env);
+    let paths: Vec<&str> = recs
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["src/b.txt"]);
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(env.ws.join("src/a.txt")).unwrap(),
+        "one\ntwo\nthree\nagent\n",
+        "left alone"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.ws.join("src/b.txt")).unwrap(),
+        "bee\n"
+    );
+}
