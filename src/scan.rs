@@ -234,10 +234,16 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
 }
 
 fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
+    load_file(dir, name).map(|(s, _)| s)
+}
+
+/// [`load`], with the inode the snapshot was read from.
+fn load_file(dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
     let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
+    let ino = rustix::fs::fstat(&f).ok()?.st_ino;
     let mut v = Vec::new();
     f.read_to_end(&mut v).ok()?;
-    decode(&v)
+    Some((decode(&v)?, ino))
 }
 
 fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
@@ -413,28 +419,28 @@ fn state_of(ws: &Workspace, e: &Entry) -> Result<Option<FileState>, WorkspaceErr
 /// a hard link: the file is never changed after it is written).
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
-    let old = load(&dir, "snapshot.bin");
-    let fresh = fresh(ws, cfg, old.as_ref())?;
+    let old = load_file(&dir, "snapshot.bin");
+    let fresh = fresh(ws, cfg, old.as_ref().map(|(s, _)| s))?;
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
     if fresh.unchanged
-        && let Some(old) = old
+        && let Some((old, ino)) = old
     {
         // Nothing moved since the current snapshot: it is the call's too (a
         // second name; nothing is written or synced). A leftover file of the
-        // same name (a crash) gives way.
-        let _ = rustix::fs::unlinkat(&calls, name.as_str(), rustix::fs::AtFlags::empty());
-        if rustix::fs::linkat(
-            &dir,
-            "snapshot.bin",
-            &calls,
-            name.as_str(),
-            rustix::fs::AtFlags::empty(),
-        )
-        .is_ok()
-        {
-            return Ok(old);
+        // same name (a crash) gives way. The name must reach the very file
+        // that was read: another call may have replaced `snapshot.bin` since.
+        let none = rustix::fs::AtFlags::empty();
+        let _ = rustix::fs::unlinkat(&calls, name.as_str(), none);
+        if rustix::fs::linkat(&dir, "snapshot.bin", &calls, name.as_str(), none).is_ok() {
+            let same =
+                rustix::fs::statat(&calls, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| st.st_ino == ino);
+            if same {
+                return Ok(old);
+            }
+            let _ = rustix::fs::unlinkat(&calls, name.as_str(), none);
         }
     }
     let snap = fresh.into_snapshot();
