@@ -18,6 +18,12 @@
 //! Racy entries (modified within [`RACY_NS`] of the snapshot) are re-read next
 //! time even when their stat data matches, as git does for its index.
 //!
+//! When a walk finds nothing changed (and nothing racy), no snapshot is
+//! written: the pre hook gives the current one a second name as the call's,
+//! and the post hook keeps it. A changed path whose before or after content
+//! cannot be stored is reported in [`Scanned::unknown`], never recorded as
+//! absent.
+//!
 //! # Limitations
 //! A change made by another process during a call's window is attributed to the
 //! call (no watcher tells them apart). Files above `max_blob_bytes` are not
