@@ -389,26 +389,20 @@ fn redact_free_text_keys(v: &mut Value) -> bool {
 pub fn record_body(body: &Body) -> Option<Body> {
     match body {
         Body::ToolCall(t) => {
-            let e = t.error.as_deref()?;
-            match redact_str(e) {
-                Cow::Borrowed(_) => None,
-                Cow::Owned(e) => {
-                    let mut t = t.clone();
-                    t.error = Some(e);
-                    Some(Body::ToolCall(t))
-                }
-            }
+            let Cow::Owned(e) = redact_str(t.error.as_deref()?) else {
+                return None;
+            };
+            let mut t = t.clone();
+            t.error = Some(e);
+            Some(Body::ToolCall(t))
         }
         Body::Checkpoint(c) => {
-            let l = c.label.as_deref()?;
-            match redact_str(l) {
-                Cow::Borrowed(_) => None,
-                Cow::Owned(l) => {
-                    let mut c = c.clone();
-                    c.label = Some(l);
-                    Some(Body::Checkpoint(c))
-                }
-            }
+            let Cow::Owned(l) = redact_str(c.label.as_deref()?) else {
+                return None;
+            };
+            let mut c = c.clone();
+            c.label = Some(l);
+            Some(Body::Checkpoint(c))
         }
         // Branch payloads are ckpt's own ids, read back by `restore-session`.
         Body::SessionEntry(e) if e.entry_type != EntryType::Branch => {

@@ -1218,7 +1218,7 @@ fn prepare_chunk(
         };
         Ok((p, patch, after))
     };
-    if chunk.len() < PARALLEL_FROM {
+    if chunk.len() < crate::par::PARALLEL_FROM || crate::par::cpus() < 2 {
         let v = chunk.iter().map(|&i| one(i)).collect::<Result<_, _>>()?;
         return Ok((v, fs_util::Pending::default()));
     }
@@ -1252,9 +1252,6 @@ fn prepare_chunk(
     v.extend(b?);
     Ok((v, pending))
 }
-
-/// Chunks this large are prepared on two threads.
-const PARALLEL_FROM: usize = 16;
 
 /// Appends a fresh action's plan, with the syncs queued so far (temp files
 /// and patch artifacts, which the plan does not name, plus `extra` from

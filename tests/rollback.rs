@@ -1400,10 +1400,18 @@ fn replaced_files_are_freed_after_the_rollback_by_the_reaper() {
     // nothing) and a detached `ckpt reap-trash` empties it afterwards.
     let env = TestEnv::init();
     let ck1 = crash_scenario(&env);
-    let (code, v) = rollback(&env, &["--to", &ck1]);
-    assert_eq!(code, 0, "{v:#}");
+    // The reaper (which inherits the environment) waits a moment first, so
+    // what the rollback put in the trash can be seen there.
+    let r = env.ckpt_env(
+        &["rollback", "--to", &ck1],
+        &[FAST, ("CKPT_FAILPOINTS", "trash.before_reap=sleep(1500)")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
     let trash = env.rt().join("tmp/trash");
-    assert!(trash.is_dir(), "the rollback used the trash");
+    assert!(
+        std::fs::read_dir(&trash).unwrap().count() > 0,
+        "the rollback put what it replaced in the trash"
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::fs::read_dir(&trash).unwrap().count() > 0 {
         assert!(

@@ -6,7 +6,8 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 
 use crate::common::TestEnv;
 
-fn git(env: &TestEnv, args: &[&str]) {
+/// Runs git in the workspace; returns its stdout.
+fn git(env: &TestEnv, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(args)
         .current_dir(&env.ws)
@@ -23,6 +24,7 @@ fn git(env: &TestEnv, args: &[&str]) {
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn has_git() -> bool {
@@ -496,12 +498,8 @@ fn a_change_whose_before_content_is_lost_is_not_recorded_as_a_create() {
     let r = env.ckpt(&["exec", "--", "true"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     // The loose object holding src/a.txt's committed bytes disappears.
-    let oid = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD:src/a.txt"])
-        .current_dir(&env.ws)
-        .output()
-        .unwrap();
-    let oid = String::from_utf8(oid.stdout).unwrap().trim().to_string();
+    let oid = git(&env, &["rev-parse", "HEAD:src/a.txt"]);
+    let oid = oid.trim();
     std::fs::remove_file(env.ws.join(".git/objects").join(&oid[..2]).join(&oid[2..])).unwrap();
     let r = env.ckpt(&[
         "exec",

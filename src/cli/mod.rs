@@ -206,6 +206,7 @@ fn reap_trash(runtime: &std::path::Path) -> i32 {
     };
     if let Ok(tmp) = ckpt::fs_util::open_dir(rt.as_fd(), "tmp")
         && let Ok(trash) = ckpt::fs_util::open_dir(tmp.as_fd(), "trash")
+        && ckpt::failpoint::hit("trash.before_reap").is_ok()
     {
         ckpt::trash::empty_dir(trash.as_fd());
     }
