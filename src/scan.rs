@@ -32,7 +32,6 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
 
 use crate::call::FileState;
 use crate::config::Config;
@@ -43,10 +42,12 @@ use crate::workspace::{Workspace, WorkspaceError};
 
 mod walker;
 
+pub use walker::DirStat;
+
 /// Entries modified this close to the snapshot are not trusted by stat alone.
 pub const RACY_NS: i64 = 50_000_000;
 
-const MAGIC: &[u8; 8] = b"CKPTSNP1";
+const MAGIC: &[u8; 8] = b"CKPTSNP2";
 
 /// A fast non-cryptographic hasher for path keys (FxHash, as rustc uses): the
 /// snapshot maps hold every path of the workspace, and SipHash showed up in
@@ -113,6 +114,12 @@ pub struct Snapshot {
     pub taken_ns: i64,
     /// Path bytes → entry.
     pub entries: PathMap<Entry>,
+    /// Every directory the walk entered (or could not), with its stat data:
+    /// the next walk lists only those that changed.
+    pub dirs: Vec<(Vec<u8>, DirStat)>,
+    /// The walk's fingerprint of the configuration's patterns and the global
+    /// excludes file.
+    pub global: u64,
 }
 
 /// One path a call changed.
@@ -135,12 +142,6 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Walks the workspace: every regular file and symlink with its stat data
-/// (see [`walker`] for what is skipped and how).
-pub fn walk(root: &Path, cfg: &Config) -> io::Result<Vec<(Vec<u8>, Entry)>> {
-    walker::walk(root, &cfg.ignore)
-}
-
 fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
     let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "index")
         .map_err(|e| FsError::new("open", ".agent-runtime/index", e))?;
@@ -151,9 +152,20 @@ fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
 /// walk when missing or damaged).
 pub fn encode(s: &Snapshot) -> Vec<u8> {
     // Unsorted: the reader builds a map anyway.
-    let mut out = Vec::with_capacity(16 + s.entries.len() * 110);
+    let mut out = Vec::with_capacity(64 + s.entries.len() * 110 + s.dirs.len() * 80);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&s.taken_ns.to_le_bytes());
+    out.extend_from_slice(&s.global.to_le_bytes());
+    out.extend_from_slice(&(s.dirs.len() as u64).to_le_bytes());
+    for (k, d) in &s.dirs {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        out.extend_from_slice(&d.ino.to_le_bytes());
+        out.extend_from_slice(&d.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&d.ctime_ns.to_le_bytes());
+        out.push(d.flags);
+        out.extend_from_slice(&d.rules.to_le_bytes());
+    }
     out.extend_from_slice(&(s.entries.len() as u64).to_le_bytes());
     for (k, e) in &s.entries {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
@@ -201,6 +213,28 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
         |r: &mut &[u8]| take(r, 8).map(|x| u64::from_le_bytes(x.try_into().unwrap_or([0; 8])));
     take(&mut r, 8)?;
     let taken_ns = u64_(&mut r)? as i64;
+    let global = u64_(&mut r)?;
+    let n_dirs = u64_(&mut r)? as usize;
+    let mut dirs = Vec::with_capacity(n_dirs.min(1_000_000));
+    for _ in 0..n_dirs {
+        let len = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
+        let key = take(&mut r, len)?.to_vec();
+        let ino = u64_(&mut r)?;
+        let mtime_ns = u64_(&mut r)? as i64;
+        let ctime_ns = u64_(&mut r)? as i64;
+        let flags = take(&mut r, 1)?[0];
+        let rules = u64_(&mut r)?;
+        dirs.push((
+            key,
+            DirStat {
+                ino,
+                mtime_ns,
+                ctime_ns,
+                flags,
+                rules,
+            },
+        ));
+    }
     let n = u64_(&mut r)? as usize;
     let mut entries = PathMap::with_capacity_and_hasher(n.min(10_000_000), Default::default());
     for _ in 0..n {
@@ -236,7 +270,12 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
             },
         );
     }
-    Some(Snapshot { taken_ns, entries })
+    Some(Snapshot {
+        taken_ns,
+        entries,
+        dirs,
+        global,
+    })
 }
 
 fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
@@ -322,6 +361,8 @@ struct Fresh {
     taken_ns: i64,
     /// What the walk found, with content identities filled in.
     walked: Vec<(Vec<u8>, Entry)>,
+    dirs: Vec<(Vec<u8>, DirStat)>,
+    global: u64,
     /// Indexes into `walked` of entries left out (a name that is no path).
     dropped: Vec<usize>,
     /// Every entry of the old snapshot is there, with the same stat data and
@@ -344,6 +385,8 @@ impl Fresh {
         Snapshot {
             taken_ns: self.taken_ns,
             entries,
+            dirs: self.dirs,
+            global: self.global,
         }
     }
 }
@@ -353,8 +396,28 @@ impl Fresh {
 /// read and stored.
 fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, WorkspaceError> {
     let taken_ns = now_ns();
-    let mut walked = walk(ws.root(), cfg)
+    let known = old.map(|o| {
+        walker::Known::new(
+            o.taken_ns,
+            o.global,
+            o.dirs.iter().map(|(k, d)| (k.as_slice(), *d)),
+            o.entries.keys().map(|k| k.as_slice()),
+        )
+    });
+    let walker::Walked {
+        entries: mut walked,
+        dirs,
+        listed,
+        global,
+    } = walker::walk(ws.root(), &cfg.ignore, known.as_ref())
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
+    drop(known);
+    // Every directory was known, unchanged and not racy (none listed).
+    let dirs_same = old.is_some_and(|o| {
+        listed == 0
+            && dirs.len() == o.dirs.len()
+            && dirs.iter().all(|(_, d)| d.flags & walker::UNLISTED == 0)
+    });
     let mut git: Option<Option<GitIndex>> = None;
     let mut kept = 0usize;
     let mut dropped = Vec::new();
@@ -392,10 +455,13 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
     for ((i, _), hash) in to_store.iter().zip(stored) {
         walked[*i].1.hash = hash?;
     }
-    let unchanged = old.is_some_and(|o| kept == o.entries.len() && kept == walked.len());
+    let unchanged =
+        dirs_same && old.is_some_and(|o| kept == o.entries.len() && kept == walked.len());
     Ok(Fresh {
         taken_ns,
         walked,
+        dirs,
+        global,
         dropped,
         unchanged,
     })

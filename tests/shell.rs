@@ -533,3 +533,64 @@ fn a_change_whose_before_content_is_lost_is_not_recorded_as_a_create() {
         "bee\n"
     );
 }
+
+/// After a quiet spell the walk lists only directories whose stat data moved
+/// (src/scan/walker.rs); changes inside directories that did not move (a file
+/// rewritten in place, a rule file edited in place) must still be found.
+#[test]
+fn changes_under_directories_that_did_not_move_are_found() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    env.write("src/deep/er/c.txt", b"c\n");
+    env.write("src/deep/d.txt", b"d\n");
+    env.write("build/x.o", b"obj\n");
+    let exec = |script: &str| {
+        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    let quiet = || std::thread::sleep(std::time::Duration::from_millis(120));
+    quiet();
+    exec("true");
+    quiet();
+    // Same inodes, same directories: only file stat data and rule files move.
+    exec(
+        "printf 'C\\n' > src/deep/er/c.txt; printf '*.log\\n' > .gitignore; printf 'one\\n' >> src/a.txt",
+    );
+    let recs = records(&env);
+    let mut got: Vec<(String, String)> = recs
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["op"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    let want = [
+        (".gitignore", "modify"),
+        ("build/x.o", "create"),
+        ("src/a.txt", "modify"),
+        ("src/deep/er/c.txt", "modify"),
+    ];
+    assert_eq!(
+        got,
+        want.map(|(p, o)| (p.to_string(), o.to_string())).to_vec()
+    );
+    // Quiet again: a rewrite in place two levels down is still seen.
+    quiet();
+    exec("true");
+    quiet();
+    exec("printf 'D\\n' > src/deep/d.txt");
+    let recs = records(&env);
+    let last = recs.iter().rfind(|r| r["kind"] == "file_patch").unwrap();
+    assert_eq!(last["path"], "src/deep/d.txt");
+    assert_eq!(
+        last["after_hash"],
+        ckpt::ContentHash::of(b"D\n").to_string()
+    );
+}

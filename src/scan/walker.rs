@@ -29,6 +29,17 @@
 //!   `.agent-runtime`; an ignored directory is not entered, so nothing below it
 //!   can be un-ignored.
 //!
+//! With the previous walk at hand ([`Known`]), a directory whose stat data
+//! (inode, mtime, ctime) and rule files are unchanged since that walk, and was
+//! not modified within [`RACY_NS`](super::RACY_NS) of it, is not listed: its
+//! entries cannot have changed (creating, removing or renaming an entry moves
+//! the directory's mtime), so the walk `fstatat`s the files it had and descends
+//! into the subdirectories it had, and no name is matched against the rules
+//! again. Git's untracked cache rests on the same fact. A directory whose rule
+//! files changed is listed with everything below it; a change of the
+//! configuration's patterns or of the global excludes file makes the walk list
+//! everything.
+//!
 //! Symlinks are recorded as symlinks, never followed. A directory that cannot
 //! be opened or listed, and an entry that vanishes or changes type mid-walk, is
 //! skipped (the next walk sees it).
@@ -50,8 +61,134 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
-use super::Entry;
+use super::{Entry, FxHasher, RACY_NS};
 use crate::par::cpus;
+
+/// A directory as a walk saw it: what tells whether its listing can have
+/// changed since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DirStat {
+    /// Inode.
+    pub ino: u64,
+    /// mtime in ns (moves when an entry is created, removed or renamed).
+    pub mtime_ns: i64,
+    /// ctime in ns.
+    pub ctime_ns: i64,
+    /// The rule files its listing named ([`HAS_IGNORE`], …), and
+    /// [`UNLISTED`] when it could not be listed whole.
+    pub flags: u8,
+    /// Fingerprint of the stat data of the rule files it adds.
+    pub rules: u64,
+}
+
+/// The listing named `.ignore`.
+pub const HAS_IGNORE: u8 = 1;
+/// The listing named `.gitignore`.
+pub const HAS_GITIGNORE: u8 = 2;
+/// The listing named `.git` (its `info/exclude` applies).
+pub const HAS_GIT: u8 = 4;
+/// Could not be opened or listed whole: never trusted.
+pub const UNLISTED: u8 = 8;
+const RULE_FILES: u8 = HAS_IGNORE | HAS_GITIGNORE | HAS_GIT;
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+
+/// The previous walk, as the next one uses it.
+pub(crate) struct Known<'p> {
+    /// When the previous walk started; directories changed within
+    /// [`RACY_NS`] of it are listed again.
+    taken_ns: i64,
+    /// [`global_sig`] of the previous walk.
+    global: u64,
+    dirs: std::collections::HashMap<&'p [u8], KnownDir<'p>, FxBuild>,
+}
+
+struct KnownDir<'p> {
+    stat: DirStat,
+    /// Keys of its files and symlinks.
+    files: Vec<&'p [u8]>,
+    /// Keys of its subdirectories.
+    subdirs: Vec<&'p [u8]>,
+}
+
+fn parent_of(key: &[u8]) -> &[u8] {
+    key.iter()
+        .rposition(|&b| b == b'/')
+        .map_or(&key[..0], |i| &key[..i])
+}
+
+impl<'p> Known<'p> {
+    /// The previous walk's directories and entry keys, started at `taken_ns`.
+    pub(crate) fn new(
+        taken_ns: i64,
+        global: u64,
+        dirs: impl Iterator<Item = (&'p [u8], DirStat)>,
+        files: impl Iterator<Item = &'p [u8]>,
+    ) -> Known<'p> {
+        let mut map: std::collections::HashMap<&'p [u8], KnownDir<'p>, FxBuild> =
+            Default::default();
+        for (k, stat) in dirs {
+            map.insert(
+                k,
+                KnownDir {
+                    stat,
+                    files: Vec::new(),
+                    subdirs: Vec::new(),
+                },
+            );
+        }
+        let subdirs: Vec<&'p [u8]> = map.keys().copied().filter(|k| !k.is_empty()).collect();
+        for k in subdirs {
+            if let Some(p) = map.get_mut(parent_of(k)) {
+                p.subdirs.push(k);
+            }
+        }
+        for k in files {
+            // An entry whose directory has no record is never reached this
+            // way: its directory is listed.
+            if let Some(p) = map.get_mut(parent_of(k)) {
+                p.files.push(k);
+            }
+        }
+        Known {
+            taken_ns,
+            global,
+            dirs: map,
+        }
+    }
+
+    /// The record of `key` if its listing is still what it was.
+    fn trusted(&self, key: &[u8], now: &DirStat) -> Option<&KnownDir<'p>> {
+        let k = self.dirs.get(key)?;
+        let quiet = self.taken_ns.saturating_sub(RACY_NS);
+        (k.stat.flags & UNLISTED == 0
+            && k.stat.ino == now.ino
+            && k.stat.mtime_ns == now.mtime_ns
+            && k.stat.ctime_ns == now.ctime_ns
+            && now.mtime_ns < quiet
+            && now.ctime_ns < quiet)
+            .then_some(k)
+    }
+
+    fn rule_files(&self, key: &[u8]) -> Option<(u8, u64)> {
+        self.dirs
+            .get(key)
+            .map(|k| (k.stat.flags & RULE_FILES, k.stat.rules))
+    }
+}
+
+/// What a walk found.
+#[derive(Debug, Default)]
+pub(crate) struct Walked {
+    /// Every regular file and symlink not ignored, with its stat data.
+    pub entries: Vec<(Vec<u8>, Entry)>,
+    /// Every directory entered (and those that could not be).
+    pub dirs: Vec<(Vec<u8>, DirStat)>,
+    /// Directories listed (the others were known and unchanged).
+    pub listed: usize,
+    /// [`global_sig`] of this walk.
+    pub global: u64,
+}
 
 /// Entries the calling thread handles alone before a helper may join. Measured
 /// on the 2-core bench machine: in-process, a helper from the start walks W1
@@ -84,17 +221,34 @@ impl Opts {
     }
 }
 
-/// Walks `root` with the production settings.
-pub(crate) fn walk(root: &Path, ignore: &[String]) -> io::Result<Vec<(Vec<u8>, Entry)>> {
-    walk_with(root, ignore, Opts::default_for_machine())
+/// Walks `root` with the production settings, using the previous walk when
+/// there is one.
+pub(crate) fn walk(
+    root: &Path,
+    ignore: &[String],
+    known: Option<&Known<'_>>,
+) -> io::Result<Walked> {
+    walk_known(root, ignore, Opts::default_for_machine(), known)
 }
 
-/// Walks `root`: every regular file and symlink not ignored, with its stat data.
+/// Walks `root` listing every directory: every regular file and symlink not
+/// ignored, with its stat data.
+#[cfg(test)]
 pub(crate) fn walk_with(
     root: &Path,
     ignore: &[String],
     opts: Opts,
 ) -> io::Result<Vec<(Vec<u8>, Entry)>> {
+    walk_known(root, ignore, opts, None).map(|w| w.entries)
+}
+
+/// Walks `root`; directories `known` has seen unchanged are not listed.
+pub(crate) fn walk_known(
+    root: &Path,
+    ignore: &[String],
+    opts: Opts,
+    known: Option<&Known<'_>>,
+) -> io::Result<Walked> {
     // Matchers are given absolute roots; the paths matched against them are
     // relative (no leading `/`), so the crate's byte-wise root stripping never
     // cuts into a name.
@@ -111,6 +265,7 @@ pub(crate) fn walk_with(
         Ok(cwd) => GitignoreBuilder::new(cwd).build_global().0,
         Err(_) => Gitignore::empty(),
     };
+    let global_sig = global_sig(ignore, &global);
     let root_fd = rustix::fs::openat(
         rustix::fs::CWD,
         root,
@@ -122,11 +277,14 @@ pub(crate) fn walk_with(
         abs_root,
         extra,
         global,
+        // Other patterns or another global excludes file: everything is listed.
+        known: known.filter(|k| k.global == global_sig),
         queue: Mutex::new(Queue {
             stack: vec![Work {
                 fd: Dirfd::Open(root_fd),
                 key: Vec::new(),
                 rules: None,
+                force: false,
             }],
             busy: 0,
             waiting: 0,
@@ -134,7 +292,7 @@ pub(crate) fn walk_with(
         cv: Condvar::new(),
     };
     let threads = opts.threads.max(1);
-    let mut out = Vec::new();
+    let mut out = Local::default();
     std::thread::scope(|s| {
         let mut local = Local::default();
         let mut helpers = Vec::new();
@@ -152,7 +310,7 @@ pub(crate) fn walk_with(
                     while let Some(w) = sh.next() {
                         sh.visit(w, &mut l);
                     }
-                    l.out
+                    l
                 });
                 match helper {
                     Ok(h) => helpers.push(h),
@@ -162,17 +320,102 @@ pub(crate) fn walk_with(
                 may_spawn &= helpers.len() + 1 < threads;
             }
         }
-        out = local.out;
+        out = local;
         for h in helpers {
             // A helper that panicked lost its entries: re-raise rather than
             // return a partial walk (which would read as deletions).
             match h.join() {
-                Ok(mut v) => out.append(&mut v),
+                Ok(mut l) => {
+                    out.out.append(&mut l.out);
+                    out.dirs.append(&mut l.dirs);
+                    out.listed += l.listed;
+                }
                 Err(p) => std::panic::resume_unwind(p),
             }
         }
     });
-    Ok(out)
+    Ok(Walked {
+        entries: out.out,
+        dirs: out.dirs,
+        listed: out.listed,
+        global: global_sig,
+    })
+}
+
+/// Fingerprint of what applies to the whole walk: the configuration's
+/// patterns and the global excludes file (the matcher's size, the current
+/// directory it is rooted at, and the stat data of the files git reads to
+/// find it and of the file itself).
+fn global_sig(ignore: &[String], global: &Gitignore) -> u64 {
+    use std::hash::Hasher;
+    let mut h = FxHasher::default();
+    for p in ignore {
+        h.write(p.as_bytes());
+        h.write_u8(0);
+    }
+    h.write_u64(global.num_ignores());
+    h.write_u64(global.num_whitelists());
+    if !global.is_empty() {
+        h.write(global.path().as_os_str().as_bytes());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let mut files: Vec<PathBuf> = Vec::new();
+    if let Some(h) = &home {
+        files.push(h.join(".gitconfig"));
+    }
+    if let Some(x) = &xdg {
+        files.push(x.join("git/config"));
+        files.push(x.join("git/ignore"));
+    }
+    // `core.excludesFile`, wherever the configuration points.
+    for cfg in files.clone() {
+        let Ok(text) = std::fs::read_to_string(&cfg) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            if k.trim().eq_ignore_ascii_case("excludesfile") {
+                let v = v.trim().trim_matches('"');
+                files.push(match (v.strip_prefix("~/"), &home) {
+                    (Some(rest), Some(h)) => h.join(rest),
+                    _ => PathBuf::from(v),
+                });
+            }
+        }
+    }
+    for f in &files {
+        h.write(f.as_os_str().as_bytes());
+        h.write_u64(stat_sig(f));
+    }
+    h.finish()
+}
+
+/// Fingerprint of a file's stat data (following symlinks); 0 when absent.
+fn stat_sig(p: &Path) -> u64 {
+    use std::hash::Hasher;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(p) else {
+        return 0;
+    };
+    let mut h = FxHasher::default();
+    for v in [
+        m.ino(),
+        m.size(),
+        m.mtime() as u64,
+        m.mtime_nsec() as u64,
+        m.ctime() as u64,
+        m.ctime_nsec() as u64,
+        m.mode().into(),
+    ] {
+        h.write_u64(v);
+    }
+    h.finish() | 1
 }
 
 /// The rules one directory adds (only directories with rule files get one).
@@ -205,6 +448,8 @@ struct Work {
     key: Vec<u8>,
     /// Rules in force for its entries (before its own).
     rules: Option<Arc<Rules>>,
+    /// Rules above it changed since the known walk: list it whatever its stat.
+    force: bool,
 }
 
 enum Dirfd {
@@ -228,6 +473,7 @@ struct Shared<'a> {
     abs_root: PathBuf,
     extra: Gitignore,
     global: Gitignore,
+    known: Option<&'a Known<'a>>,
     queue: Mutex<Queue>,
     cv: Condvar,
 }
@@ -245,6 +491,8 @@ struct Local {
     /// Entries seen.
     seen: usize,
     out: Vec<(Vec<u8>, Entry)>,
+    dirs: Vec<(Vec<u8>, DirStat)>,
+    listed: usize,
 }
 
 impl Default for Local {
@@ -256,6 +504,8 @@ impl Default for Local {
             children: Vec::new(),
             seen: 0,
             out: Vec::new(),
+            dirs: Vec::new(),
+            listed: 0,
         }
     }
 }
@@ -313,7 +563,12 @@ impl Shared<'_> {
     }
 
     fn list_and_match(&self, w: Work, l: &mut Local) {
-        let Work { fd, key, rules } = w;
+        let Work {
+            fd,
+            key,
+            rules,
+            force,
+        } = w;
         let fd = match fd {
             Dirfd::Open(fd) => fd,
             Dirfd::At(parent, name_at) => match rustix::fs::openat(
@@ -323,34 +578,76 @@ impl Shared<'_> {
                 Mode::empty(),
             ) {
                 Ok(fd) => fd,
-                // Unreadable, gone, or no longer a directory: skipped.
-                Err(_) => return,
+                // Unreadable, gone, or no longer a directory: skipped (and
+                // tried again by the next walk).
+                Err(_) => {
+                    let flags = UNLISTED;
+                    l.dirs.push((
+                        key,
+                        DirStat {
+                            flags,
+                            ..Default::default()
+                        },
+                    ));
+                    return;
+                }
             },
         };
+        // Its stat data before its listing: a change made after this moves it.
+        let mut now = match rustix::fs::fstat(&fd) {
+            Ok(st) => dir_stat(&st),
+            Err(_) => DirStat {
+                flags: UNLISTED,
+                ..Default::default()
+            },
+        };
+        let mut force_below = force;
+        if !force && let Some(k) = self.known.and_then(|k| k.trusted(&key, &now)) {
+            let flags = k.stat.flags & RULE_FILES;
+            let (own, sig) = self.dir_rules(&key, flags, rules.clone());
+            if sig == k.stat.rules {
+                now.flags = flags;
+                now.rules = sig;
+                self.known_entries(fd, key, k, own, now, l);
+                return;
+            }
+            // Its rule files changed: everything below is matched again.
+            force_below = true;
+        }
+        l.listed += 1;
         l.names.clear();
         l.ents.clear();
-        let (mut has_ignore, mut has_gitignore, mut has_git) = (false, false, false);
+        let mut flags = 0;
         let mut dir = RawDir::new(&fd, l.buf.spare_capacity_mut());
         while let Some(e) = dir.next() {
             // A listing that fails part way keeps what was read.
-            let Ok(e) = e else { break };
+            let Ok(e) = e else {
+                now.flags |= UNLISTED;
+                break;
+            };
             let name = e.file_name();
             match name.to_bytes() {
                 b"." | b".." => continue,
-                b".ignore" => has_ignore = true,
-                b".gitignore" => has_gitignore = true,
-                b".git" => has_git = true,
+                b".ignore" => flags |= HAS_IGNORE,
+                b".gitignore" => flags |= HAS_GITIGNORE,
+                b".git" => flags |= HAS_GIT,
                 _ => {}
             }
             let start = l.names.len();
             l.names.extend_from_slice(name.to_bytes_with_nul());
             l.ents.push((start, l.names.len(), e.file_type()));
         }
-        let rules = if has_ignore || has_gitignore || has_git {
-            self.dir_rules(&key, has_ignore, has_gitignore, has_git, rules)
-        } else {
-            rules
-        };
+        let (rules, sig) = self.dir_rules(&key, flags, rules);
+        if self
+            .known
+            .and_then(|k| k.rule_files(&key))
+            .is_some_and(|was| was != (flags, sig))
+        {
+            force_below = true;
+        }
+        now.flags |= flags;
+        now.rules = sig;
+        l.dirs.push((key.clone(), now));
         let top = key.is_empty();
         let base = if top { 0 } else { key.len() + 1 };
         let mut path = key;
@@ -397,6 +694,7 @@ impl Shared<'_> {
                     fd: Dirfd::At(fd.clone(), base),
                     key: path.clone(),
                     rules: rules.clone(),
+                    force: force_below,
                 });
                 continue;
             }
@@ -414,6 +712,43 @@ impl Shared<'_> {
                 _ => continue,
             };
             l.out.push((path.clone(), entry_of(&st, symlink)));
+        }
+    }
+
+    /// A directory whose listing is what the known walk saw: its files are
+    /// `fstatat`ed by name and its subdirectories queued, nothing is listed
+    /// or matched.
+    fn known_entries(
+        &self,
+        fd: OwnedFd,
+        key: Vec<u8>,
+        k: &KnownDir<'_>,
+        rules: Option<Arc<Rules>>,
+        now: DirStat,
+        l: &mut Local,
+    ) {
+        let base = if key.is_empty() { 0 } else { key.len() + 1 };
+        l.dirs.push((key, now));
+        l.seen += k.files.len() + k.subdirs.len();
+        let fd = Arc::new(fd);
+        for f in &k.files {
+            let Ok(st) = rustix::fs::statat(&*fd, &f[base..], AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let symlink = match FileType::from_raw_mode(st.st_mode as _) {
+                FileType::RegularFile => false,
+                FileType::Symlink => true,
+                _ => continue,
+            };
+            l.out.push((f.to_vec(), entry_of(&st, symlink)));
+        }
+        for d in &k.subdirs {
+            l.children.push(Work {
+                fd: Dirfd::At(fd.clone(), base),
+                key: d.to_vec(),
+                rules: rules.clone(),
+                force: false,
+            });
         }
     }
 
@@ -444,22 +779,31 @@ impl Shared<'_> {
         decided || self.extra.matched(rel(0), is_dir).is_ignore()
     }
 
-    /// The rules of the directory at `key`, whose listing names at least one
-    /// rule file; `parent` when its files add no rule.
+    /// The rules of the directory at `key`, whose listing named the rule
+    /// files in `flags` (`parent` when its files add no rule), and the
+    /// fingerprint of those files' stat data (0 when it names none).
     fn dir_rules(
         &self,
         key: &[u8],
-        has_ignore: bool,
-        has_gitignore: bool,
-        has_git: bool,
+        flags: u8,
         parent: Option<Arc<Rules>>,
-    ) -> Option<Arc<Rules>> {
+    ) -> (Option<Arc<Rules>>, u64) {
+        if flags & RULE_FILES == 0 {
+            return (parent, 0);
+        }
+        let (has_ignore, has_gitignore, has_git) = (
+            flags & HAS_IGNORE != 0,
+            flags & HAS_GITIGNORE != 0,
+            flags & HAS_GIT != 0,
+        );
+        let sig = std::cell::Cell::new(0u64);
         let rel = OsStr::from_bytes(key);
         // Rule files are read by path, as the crate reads them (following
         // symlinks); only directories that list one pay for it.
         let dir = self.root.join(rel);
         let matcher_root = self.abs_root.join(rel);
         let load = |file: PathBuf| {
+            sig.set(sig.get().rotate_left(7) ^ stat_sig(&file));
             let mut b = GitignoreBuilder::new(&matcher_root);
             // Bad lines and unreadable files are skipped, as the crate does.
             let _ = b.add(file);
@@ -473,16 +817,18 @@ impl Shared<'_> {
             .then(|| git_commondir(&dir).map(|g| load(g.join("info/exclude"))))
             .flatten()
             .flatten();
+        let sig = sig.get() | 1;
         if dot_ignore.is_none() && gitignore.is_none() && exclude.is_none() {
-            return parent;
+            return (parent, sig);
         }
-        Some(Arc::new(Rules {
+        let rules = Arc::new(Rules {
             dot_ignore,
             gitignore,
             exclude,
             prefix: if key.is_empty() { 0 } else { key.len() + 1 },
             parent,
-        }))
+        });
+        (Some(rules), sig)
     }
 }
 
@@ -508,6 +854,18 @@ fn git_commondir(dir: &Path) -> Option<PathBuf> {
     } else {
         PathBuf::from(common)
     })
+}
+
+// `Stat`'s field types differ between architectures.
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+fn dir_stat(st: &rustix::fs::Stat) -> DirStat {
+    DirStat {
+        ino: st.st_ino as u64,
+        mtime_ns: (st.st_mtime as i64) * 1_000_000_000 + st.st_mtime_nsec as i64,
+        ctime_ns: (st.st_ctime as i64) * 1_000_000_000 + st.st_ctime_nsec as i64,
+        flags: 0,
+        rules: 0,
+    }
 }
 
 // `Stat`'s field types differ between architectures.

@@ -816,7 +816,10 @@ fn walk_timing() {
     for root in std::env::split_paths(&roots) {
         if only.is_none() {
             let n = sorted(oracle(&root, &[]).unwrap());
-            assert!(n == sorted(walk(&root, &[]).unwrap()), "walks differ");
+            assert!(
+                n == sorted(walk(&root, &[], None).unwrap().entries),
+                "walks differ"
+            );
         }
         type Run<'a> = Box<dyn Fn() -> usize + 'a>;
         let mut variants: Vec<(String, Run)> = vec![
@@ -826,7 +829,7 @@ fn walk_timing() {
             ),
             (
                 "raw, default".into(),
-                Box::new(|| walk(&root, &[]).unwrap().len()),
+                Box::new(|| walk(&root, &[], None).unwrap().entries.len()),
             ),
         ];
         variants.push(("floor (1 thread)".into(), Box::new(|| floor_walk(&root))));
@@ -875,6 +878,262 @@ fn walk_timing() {
                 v[0].as_secs_f64() * 1e3,
                 v[v.len() - 1].as_secs_f64() * 1e3
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Walks that use the previous one (`Known`): only changed directories listed.
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// A walk and when it started.
+struct Base {
+    taken_ns: i64,
+    w: Walked,
+}
+
+fn base_walk(root: &Path, ignore: &[String], known: Option<&Known<'_>>, opts: Opts) -> Base {
+    let taken_ns = now_ns();
+    let w = walk_known(root, ignore, opts, known).unwrap();
+    Base { taken_ns, w }
+}
+
+impl Base {
+    /// What the next walk knows; `quiet_until` overrides when this walk
+    /// started (a later time trusts every directory whose stat data is the
+    /// same, as if the tree had been quiet since).
+    fn known(&self, quiet_until: Option<i64>) -> Known<'_> {
+        Known::new(
+            quiet_until.unwrap_or(self.taken_ns),
+            self.w.global,
+            self.w.dirs.iter().map(|(k, d)| (k.as_slice(), *d)),
+            self.w.entries.iter().map(|(k, _)| k.as_slice()),
+        )
+    }
+}
+
+/// Walks `root` knowing `base`, on one thread and on two; asserts the result
+/// is what a full listing (and the `ignore` crate) finds; returns the
+/// one-thread walk.
+fn check_known(
+    root: &Path,
+    ignore: &[String],
+    base: &Base,
+    quiet: Option<i64>,
+    what: &str,
+) -> Base {
+    let want = sorted(oracle_on(root, ignore, 1).unwrap());
+    let known = base.known(quiet);
+    let mut first = None;
+    for opts in [ONE_THREAD, TWO_THREADS_AT_ONCE] {
+        let b = base_walk(root, ignore, Some(&known), opts);
+        let got = sorted(b.w.entries.clone());
+        assert!(
+            got == want,
+            "{what} ({opts:?}): the walk knowing the last one differs from a full listing:\n{}",
+            diff(&want, &got)
+        );
+        first.get_or_insert(b);
+    }
+    first.unwrap()
+}
+
+#[test]
+fn a_known_walk_lists_only_what_changed_and_finds_every_change() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    file(r, b".gitignore", "build/\n*.log\n");
+    file(r, b"src/a.rs", "a");
+    file(r, b"src/deep/b.rs", "b");
+    file(r, b"src/deep/er/c.rs", "c");
+    file(r, b"docs/d.md", "d");
+    file(r, b"build/out.o", "o");
+    file(r, b"x.log", "l");
+    link(r, b"src/l", "a.rs");
+    let all_dirs = 5; // root, src, src/deep, src/deep/er, docs
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(60));
+    pause();
+    let first = base_walk(r, &[], None, ONE_THREAD);
+    assert_eq!(first.w.listed, all_dirs, "a first walk lists everything");
+    assert_eq!(first.w.dirs.len(), all_dirs);
+
+    // Nothing changed: nothing is listed, the same entries come out.
+    let b = check_known(r, &[], &first, None, "unchanged");
+    assert_eq!(b.w.listed, 0, "an unchanged tree is not listed");
+
+    // A file written in place: its directory is not listed, the new stat is seen.
+    pause();
+    std::fs::write(r.join("src/deep/er/c.rs"), "c, longer").unwrap();
+    let b = check_known(r, &[], &b, None, "a file written in place");
+    assert_eq!(b.w.listed, 0);
+    let c =
+        b.w.entries
+            .iter()
+            .find(|(k, _)| k == b"src/deep/er/c.rs")
+            .unwrap();
+    assert_eq!(c.1.size, 9);
+
+    // A file created, one removed, a directory renamed: their parents are listed.
+    pause();
+    file(r, b"src/deep/new.rs", "n");
+    std::fs::remove_file(r.join("docs/d.md")).unwrap();
+    std::fs::rename(r.join("src/deep/er"), r.join("src/deep/moved")).unwrap();
+    let b = check_known(r, &[], &b, None, "create, remove, rename");
+    assert_eq!(b.w.listed, 3, "docs, src/deep and the renamed directory");
+
+    // The root `.gitignore` edited in place (no directory moves): what it
+    // stops ignoring appears, what it starts ignoring goes.
+    pause();
+    std::fs::write(r.join(".gitignore"), "*.log\n*.md\nsrc/deep/moved/\n").unwrap();
+    let b = check_known(r, &[], &b, None, "root rules edited in place");
+    assert!(b.w.entries.iter().any(|(k, _)| k == b"build/out.o"));
+    assert!(
+        !b.w.entries
+            .iter()
+            .any(|(k, _)| k.starts_with(b"src/deep/moved"))
+    );
+
+    // A new rule file deep down ignores a file that was walked.
+    pause();
+    file(r, b"src/deep/.ignore", "new.rs\n");
+    let b = check_known(r, &[], &b, None, "a new .ignore");
+    assert!(!b.w.entries.iter().any(|(k, _)| k == b"src/deep/new.rs"));
+
+    // A rule file changed under an unchanged directory: it, and what is
+    // below, is matched again.
+    pause();
+    std::fs::write(r.join("src/deep/.ignore"), "b.rs\n").unwrap();
+    let b = check_known(r, &[], &b, None, "a rule file changed in place");
+    assert!(b.w.entries.iter().any(|(k, _)| k == b"src/deep/new.rs"));
+    assert!(!b.w.entries.iter().any(|(k, _)| k == b"src/deep/b.rs"));
+
+    // Other configuration patterns: everything is listed.
+    pause();
+    let cfg = strings(&["*.rs"]);
+    let known = b.known(None);
+    let full = base_walk(r, &cfg, Some(&known), ONE_THREAD);
+    assert_eq!(
+        full.w.listed,
+        full.w.dirs.len(),
+        "new patterns list every directory"
+    );
+    assert!(sorted(full.w.entries) == sorted(oracle_on(r, &cfg, 1).unwrap()));
+
+    // A directory changed within the racy window of the walk it is compared
+    // with is listed again even when its stat data is the same.
+    let racy = base_walk(r, &[], None, ONE_THREAD);
+    let known = racy.known(Some(now_ns() + RACY_NS / 2));
+    let again = base_walk(r, &[], Some(&known), ONE_THREAD);
+    assert_eq!(again.w.listed, 0);
+    let known = racy.known(Some(now_ns()));
+    pause();
+    let b = base_walk(r, &[], Some(&known), ONE_THREAD);
+    // (The tree was last changed more than RACY_NS before `now`: trusted.)
+    assert_eq!(b.w.listed, 0);
+    file(r, b"docs/late.md", "x");
+    let known = racy.known(Some(now_ns()));
+    let b = base_walk(r, &[], Some(&known), ONE_THREAD);
+    assert!(b.w.listed >= 1, "a directory changed just now is listed");
+}
+
+#[test]
+fn generated_trees_changed_at_random_walk_as_a_full_listing() {
+    let cases = std::env::var("CKPT_WALK_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60u64);
+    let mut fast = 0;
+    for case in 0..cases {
+        let mut rng = Rng(0x6e0_c4a7 + case);
+        let t = in_memory_tempdir();
+        let r = t.path();
+        let mut count = 0;
+        gen_dir(&mut rng, r, b"", 3, &mut count);
+        let cfg: Vec<String> = (0..rng.below(2)).map(|_| pattern(&mut rng)).collect();
+        let mut b = base_walk(r, &cfg, None, ONE_THREAD);
+        for step in 0..3 {
+            // A later tick than anything the walk saw (timestamps are coarse).
+            std::thread::sleep(std::time::Duration::from_millis(12));
+            let quiet = now_ns();
+            std::thread::sleep(std::time::Duration::from_millis(12));
+            for _ in 0..1 + rng.below(3) {
+                mutate(&mut rng, r);
+            }
+            let what = format!("case {case} step {step}, config {cfg:?}");
+            b = check_known(r, &cfg, &b, Some(quiet), &what);
+            fast += b.w.dirs.len() - b.w.listed;
+        }
+    }
+    assert!(fast > 0, "no directory was ever taken as known");
+}
+
+/// Every directory under `root` (ignored ones too), relative, `.git` skipped.
+fn all_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::new()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(rd) = std::fs::read_dir(root.join(&out[i])) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) && e.file_name() != ".git" {
+                    out.push(out[i].join(e.file_name()));
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// One random change somewhere in the tree.
+fn mutate(rng: &mut Rng, root: &Path) {
+    let dirs = all_dirs(root);
+    let d = root.join(&dirs[rng.below(dirs.len())]);
+    let entries: Vec<PathBuf> = std::fs::read_dir(&d)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let name = OsStr::from_bytes(rng.pick(NAMES));
+    match rng.below(8) {
+        0 => {
+            let _ = std::fs::write(d.join(name), "new");
+        }
+        1 if !entries.is_empty() => {
+            let p = &entries[rng.below(entries.len())];
+            if p.is_file() || p.is_symlink() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        2 if !entries.is_empty() => {
+            let p = &entries[rng.below(entries.len())];
+            if p.is_file() && !p.is_symlink() {
+                let _ = std::fs::write(p, "rewritten in place");
+            }
+        }
+        3 => {
+            let _ = std::fs::write(d.join(".gitignore"), rules_file(rng));
+        }
+        4 => {
+            let _ = std::fs::write(d.join(".ignore"), rules_file(rng));
+        }
+        5 if !entries.is_empty() => {
+            let p = &entries[rng.below(entries.len())];
+            let _ = std::fs::rename(p, d.join(name));
+        }
+        6 => {
+            let sub = d.join(name);
+            if std::fs::create_dir(&sub).is_ok() {
+                let _ = std::fs::write(sub.join("a"), "a");
+                let _ = std::fs::write(sub.join("b.rs"), "b");
+            }
+        }
+        _ => {
+            let _ = std::fs::create_dir_all(d.join(".git/info"));
+            let _ = std::fs::write(d.join(".git/info/exclude"), rules_file(rng));
         }
     }
 }
