@@ -261,11 +261,17 @@ pub(crate) fn walk_known(
     let extra = ib.build().map_err(|e| io::Error::other(e.to_string()))?;
     // As `WalkBuilder` does: the global excludes file, rooted at the current
     // directory (ignored when that is unknown).
-    let global = match std::env::current_dir() {
-        Ok(cwd) => GitignoreBuilder::new(cwd).build_global().0,
-        Err(_) => Gitignore::empty(),
+    let excludes = global_excludes_path();
+    let global = match (std::env::current_dir(), &excludes) {
+        // As `GitignoreBuilder::build_global`, from the same path.
+        (Ok(cwd), Some(path)) if path.is_file() => {
+            let mut b = GitignoreBuilder::new(cwd);
+            let _ = b.add(path);
+            b.build().unwrap_or_else(|_| Gitignore::empty())
+        }
+        _ => Gitignore::empty(),
     };
-    let global_sig = global_sig(ignore, &global);
+    let global_sig = global_sig(ignore, &global, excludes.as_deref());
     let root_fd = rustix::fs::openat(
         rustix::fs::CWD,
         root,
@@ -342,11 +348,41 @@ pub(crate) fn walk_known(
     })
 }
 
+/// The global excludes file, as `ignore::gitignore::gitconfig_excludes_path`
+/// finds it; without compiling its regex (a third of a millisecond, every
+/// hook) when no git configuration file mentions `excludesfile`: then the
+/// answer is the default path.
+fn global_excludes_path() -> Option<PathBuf> {
+    #[allow(deprecated)] // As the crate finds it.
+    let home = std::env::home_dir();
+    let env_path = |v: &str| {
+        std::env::var_os(v)
+            .filter(|x| !x.is_empty())
+            .map(PathBuf::from)
+    };
+    let xdg = env_path("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let configs = [
+        env_path("GIT_CONFIG_GLOBAL"),
+        home.as_ref().map(|h| h.join(".gitconfig")),
+        xdg.as_ref().map(|x| x.join("git/config")),
+        Some(env_path("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig"))),
+    ];
+    let mentions = |p: &PathBuf| {
+        std::fs::read(p).is_ok_and(|b| {
+            b.windows(12)
+                .any(|w| w.eq_ignore_ascii_case(b"excludesfile"))
+        })
+    };
+    if configs.iter().flatten().any(mentions) {
+        return ignore::gitignore::gitconfig_excludes_path();
+    }
+    xdg.map(|x| x.join("git/ignore"))
+}
+
 /// Fingerprint of what applies to the whole walk: the configuration's
-/// patterns and the global excludes file (the matcher's size, the current
-/// directory it is rooted at, and the stat data of the files git reads to
-/// find it and of the file itself).
-fn global_sig(ignore: &[String], global: &Gitignore) -> u64 {
+/// patterns and the global excludes file (its path, its stat data, the
+/// current directory its matcher is rooted at).
+fn global_sig(ignore: &[String], global: &Gitignore, excludes: Option<&Path>) -> u64 {
     use std::hash::Hasher;
     let mut h = FxHasher::default();
     for p in ignore {
@@ -358,38 +394,7 @@ fn global_sig(ignore: &[String], global: &Gitignore) -> u64 {
     if !global.is_empty() {
         h.write(global.path().as_os_str().as_bytes());
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| home.as_ref().map(|h| h.join(".config")));
-    let mut files: Vec<PathBuf> = Vec::new();
-    if let Some(h) = &home {
-        files.push(h.join(".gitconfig"));
-    }
-    if let Some(x) = &xdg {
-        files.push(x.join("git/config"));
-        files.push(x.join("git/ignore"));
-    }
-    // `core.excludesFile`, wherever the configuration points.
-    for cfg in files.clone() {
-        let Ok(text) = std::fs::read_to_string(&cfg) else {
-            continue;
-        };
-        for line in text.lines() {
-            let Some((k, v)) = line.split_once('=') else {
-                continue;
-            };
-            if k.trim().eq_ignore_ascii_case("excludesfile") {
-                let v = v.trim().trim_matches('"');
-                files.push(match (v.strip_prefix("~/"), &home) {
-                    (Some(rest), Some(h)) => h.join(rest),
-                    _ => PathBuf::from(v),
-                });
-            }
-        }
-    }
-    for f in &files {
+    if let Some(f) = excludes {
         h.write(f.as_os_str().as_bytes());
         h.write_u64(stat_sig(f));
     }

@@ -505,8 +505,28 @@ fn the_global_excludes_file_is_honoured_as_before() {
         format!("[core]\n\texcludesFile = {}\n", excludes.display()),
     )
     .unwrap();
-    for (cwd, anchored) in [(root.clone(), true), (t.path().to_path_buf(), false)] {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
+    // The same rules as git's default global file, named by no configuration.
+    let (home, empty) = (t.path().join("home"), t.path().join("empty-config"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(&empty, "[user]\n\tname = x\n").unwrap();
+    file(
+        &t.path().join("xdg/git"),
+        b"ignore",
+        &std::fs::read_to_string(&excludes).unwrap(),
+    );
+    let runs = [
+        (root.clone(), true, &gitconfig),
+        (t.path().to_path_buf(), false, &gitconfig),
+        (root.clone(), true, &empty),
+    ];
+    for (cwd, anchored, config) in runs {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        if config == &empty {
+            child
+                .env("HOME", &home)
+                .env("XDG_CONFIG_HOME", t.path().join("xdg"));
+        }
+        let out = child
             .args([
                 "--exact",
                 "scan::walker::tests::global_excludes_child",
@@ -515,7 +535,7 @@ fn the_global_excludes_file_is_honoured_as_before() {
                 "--test-threads=1",
             ])
             .current_dir(&cwd)
-            .env("GIT_CONFIG_GLOBAL", &gitconfig)
+            .env("GIT_CONFIG_GLOBAL", config)
             .env("CKPT_TEST_WALK_ROOT", &root)
             .env("CKPT_TEST_WALK_ANCHORED", if anchored { "1" } else { "0" })
             .output()
@@ -537,6 +557,11 @@ fn global_excludes_child() {
         return;
     };
     let anchored = std::env::var_os("CKPT_TEST_WALK_ANCHORED").is_some_and(|v| v == "1");
+    // Found without the crate's regex when no configuration mentions it.
+    assert_eq!(
+        global_excludes_path(),
+        ignore::gitignore::gitconfig_excludes_path()
+    );
     let got = check(Path::new(&root), &[], "global excludes");
     let ks = keys(&got);
     assert!(
