@@ -50,8 +50,8 @@ pub const RACY_NS: i64 = 50_000_000;
 const MAGIC: &[u8; 8] = b"CKPTSNP2";
 
 /// A fast non-cryptographic hasher for path keys (FxHash, as rustc uses): the
-/// snapshot maps hold every path of the workspace, and SipHash showed up in
-/// profiles. Keys come from our own walk, not from an attacker.
+/// walk's maps of known directories and names hold many paths, and SipHash
+/// showed up in profiles. Keys come from our own walk, not from an attacker.
 #[derive(Default, Clone, Copy)]
 pub struct FxHasher(u64);
 
@@ -71,9 +71,6 @@ impl std::hash::Hasher for FxHasher {
         self.0
     }
 }
-
-/// The map type of snapshots.
-pub type PathMap<V> = HashMap<Vec<u8>, V, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// Stat data and content identity of one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,8 +109,8 @@ impl Entry {
 pub struct Snapshot {
     /// When the walk started (ns since the epoch).
     pub taken_ns: i64,
-    /// Path bytes → entry.
-    pub entries: PathMap<Entry>,
+    /// Every file and symlink, grouped by directory as the walk found them.
+    pub entries: Vec<(Vec<u8>, Entry)>,
     /// Every directory the walk entered (or could not), with its stat data:
     /// the next walk lists only those that changed.
     pub dirs: Vec<(Vec<u8>, DirStat)>,
@@ -151,7 +148,7 @@ fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
 /// Serialises a snapshot (a compact binary format; it is a cache, rebuilt by a
 /// walk when missing or damaged).
 pub fn encode(s: &Snapshot) -> Vec<u8> {
-    // Unsorted: the reader builds a map anyway.
+    // In walk order: the next walk groups entries by directory in one pass.
     let mut out = Vec::with_capacity(64 + s.entries.len() * 110 + s.dirs.len() * 80);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&s.taken_ns.to_le_bytes());
@@ -236,7 +233,7 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
         ));
     }
     let n = u64_(&mut r)? as usize;
-    let mut entries = PathMap::with_capacity_and_hasher(n.min(10_000_000), Default::default());
+    let mut entries = Vec::with_capacity(n.min(10_000_000));
     for _ in 0..n {
         let len = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
         let key = take(&mut r, len)?.to_vec();
@@ -256,7 +253,7 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
         } else {
             None
         };
-        entries.insert(
+        entries.push((
             key,
             Entry {
                 symlink: flags & 1 != 0,
@@ -268,7 +265,7 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
                 hash,
                 git_oid,
             },
-        );
+        ));
     }
     Some(Snapshot {
         taken_ns,
@@ -361,6 +358,9 @@ struct Fresh {
     taken_ns: i64,
     /// What the walk found, with content identities filled in.
     walked: Vec<(Vec<u8>, Entry)>,
+    /// For each entry of `walked`, the index of the same path in the old
+    /// snapshot.
+    old: Vec<Option<u32>>,
     dirs: Vec<(Vec<u8>, DirStat)>,
     global: u64,
     /// Indexes into `walked` of entries left out (a name that is no path).
@@ -375,11 +375,11 @@ impl Fresh {
     /// The walk as a snapshot (a map: built only when it is needed, which a
     /// call that changed nothing never does).
     fn into_snapshot(self) -> Snapshot {
-        let mut entries = PathMap::with_capacity_and_hasher(self.walked.len(), Default::default());
+        let mut entries = Vec::with_capacity(self.walked.len());
         let mut dropped = self.dropped.into_iter().peekable();
-        for (i, (k, e)) in self.walked.into_iter().enumerate() {
+        for (i, ke) in self.walked.into_iter().enumerate() {
             if dropped.next_if_eq(&i).is_none() {
-                entries.insert(k, e);
+                entries.push(ke);
             }
         }
         Snapshot {
@@ -401,11 +401,12 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
             o.taken_ns,
             o.global,
             o.dirs.iter().map(|(k, d)| (k.as_slice(), *d)),
-            o.entries.keys().map(|k| k.as_slice()),
+            o.entries.iter().map(|(k, _)| k.as_slice()),
         )
     });
     let walker::Walked {
         entries: mut walked,
+        old: old_idx,
         dirs,
         listed,
         global,
@@ -425,9 +426,9 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
     // on two threads when there are many (a shell call that wrote files).
     let mut to_store: Vec<(usize, RelPath)> = Vec::new();
     for (i, (key, e)) in walked.iter_mut().enumerate() {
-        if let Some(o) = old.and_then(|s| s.entries.get(key).map(|o| (o, s.taken_ns))) {
-            let (o, t) = o;
-            if o.same_stat(e) && e.mtime_ns < t - RACY_NS {
+        if let (Some(s), Some(j)) = (old, old_idx[i]) {
+            let o = &s.entries[j as usize].1;
+            if o.same_stat(e) && e.mtime_ns < s.taken_ns - RACY_NS {
                 // Entries without an identity (too big to store, unreadable)
                 // stay without one until their stat data moves.
                 e.hash = o.hash;
@@ -460,6 +461,7 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
     Ok(Fresh {
         taken_ns,
         walked,
+        old: old_idx,
         dirs,
         global,
         dropped,
@@ -563,28 +565,47 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         // newer one another call saved since) stays.
         return Ok(Scanned::default());
     }
-    let now = fresh.into_snapshot();
     let mut changes = Vec::new();
-    // Only the keys that differ are sorted (patches come out in path order).
-    let mut keys: Vec<&Vec<u8>> = pre
-        .entries
-        .iter()
-        .filter(|(k, b)| {
-            now.entries
-                .get(*k)
-                .is_none_or(|a| !a.same_stat(b) || a.hash != b.hash || a.git_oid != b.git_oid)
-        })
-        .map(|(k, _)| k)
-        .chain(now.entries.keys().filter(|k| !pre.entries.contains_key(*k)))
-        .collect();
-    keys.sort();
-    keys.dedup();
+    // Each entry now, with the same path before (the walk paired them);
+    // entries before that nothing now pairs with are gone. Only the paths
+    // that differ are sorted (patches come out in path order).
+    let mut pairs: Vec<(&[u8], Option<&Entry>, Option<&Entry>)> = Vec::new();
+    let mut seen = vec![false; pre.entries.len()];
+    let mut dropped = fresh.dropped.iter().peekable();
+    for (i, (k, a)) in fresh.walked.iter().enumerate() {
+        if dropped.next_if_eq(&&i).is_some() {
+            continue;
+        }
+        match fresh.old[i].and_then(|j| Some((j as usize, &pre.entries.get(j as usize)?.1))) {
+            Some((j, b)) => {
+                seen[j] = true;
+                if !a.same_stat(b) || a.hash != b.hash || a.git_oid != b.git_oid {
+                    pairs.push((k, Some(b), Some(a)));
+                }
+            }
+            None => pairs.push((k, None, Some(a))),
+        }
+    }
+    for ((k, b), seen) in pre.entries.iter().zip(&seen) {
+        if !seen {
+            pairs.push((k, Some(b), None));
+        }
+    }
+    pairs.sort_by(|x, y| x.0.cmp(y.0));
+    // A path both before and now that the walk did not pair is one entry.
+    pairs.dedup_by(|later, first| {
+        let same = later.0 == first.0;
+        if same {
+            first.1 = first.1.or(later.1);
+            first.2 = first.2.or(later.2);
+        }
+        same
+    });
     let mut differ = Vec::new();
-    for key in keys {
+    for (key, b, a) in pairs {
         let Ok(rel) = RelPath::from_ledger(key) else {
             continue;
         };
-        let (b, a) = (pre.entries.get(key), now.entries.get(key));
         let same = match (b, a) {
             (Some(b), Some(a)) => {
                 b.symlink == a.symlink
@@ -644,7 +665,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         }
     }
     pair_renames(&mut changes);
-    save(&index_dir(ws)?, "snapshot.bin", &now)?;
+    save(&index_dir(ws)?, "snapshot.bin", &fresh.into_snapshot())?;
     Ok(Scanned { changes, unknown })
 }
 

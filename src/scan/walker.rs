@@ -105,8 +105,8 @@ pub(crate) struct Known<'p> {
 
 struct KnownDir<'p> {
     stat: DirStat,
-    /// Keys of its files and symlinks.
-    files: Vec<&'p [u8]>,
+    /// Keys of its files and symlinks, with their index in the known walk.
+    files: Vec<(&'p [u8], u32)>,
     /// Keys of its subdirectories.
     subdirs: Vec<&'p [u8]>,
 }
@@ -118,7 +118,8 @@ fn parent_of(key: &[u8]) -> &[u8] {
 }
 
 impl<'p> Known<'p> {
-    /// The previous walk's directories and entry keys, started at `taken_ns`.
+    /// The previous walk's directories and entry keys (in walk order: an
+    /// entry's index is what [`Walked::old`] names), started at `taken_ns`.
     pub(crate) fn new(
         taken_ns: i64,
         global: u64,
@@ -143,12 +144,21 @@ impl<'p> Known<'p> {
                 p.subdirs.push(k);
             }
         }
-        for k in files {
-            // An entry whose directory has no record is never reached this
-            // way: its directory is listed.
-            if let Some(p) = map.get_mut(parent_of(k)) {
-                p.files.push(k);
+        // Entries come grouped by directory: one lookup per run. An entry
+        // whose directory has no record is never reached this way (its
+        // directory is listed, and it is taken as new).
+        let keys: Vec<&'p [u8]> = files.collect();
+        let mut i = 0;
+        while i < keys.len() {
+            let parent = parent_of(keys[i]);
+            let mut j = i + 1;
+            while j < keys.len() && parent_of(keys[j]) == parent {
+                j += 1;
             }
+            if let Some(p) = map.get_mut(parent) {
+                p.files.extend((i..j).map(|x| (keys[x], x as u32)));
+            }
+            i = j;
         }
         Known {
             taken_ns,
@@ -157,23 +167,16 @@ impl<'p> Known<'p> {
         }
     }
 
-    /// The record of `key` if its listing is still what it was.
-    fn trusted(&self, key: &[u8], now: &DirStat) -> Option<&KnownDir<'p>> {
-        let k = self.dirs.get(key)?;
+    /// Whether the listing of `k`, whose stat data is `now`, is still what
+    /// it was.
+    fn trusted(&self, k: &KnownDir<'_>, now: &DirStat) -> bool {
         let quiet = self.taken_ns.saturating_sub(RACY_NS);
-        (k.stat.flags & UNLISTED == 0
+        k.stat.flags & UNLISTED == 0
             && k.stat.ino == now.ino
             && k.stat.mtime_ns == now.mtime_ns
             && k.stat.ctime_ns == now.ctime_ns
             && now.mtime_ns < quiet
-            && now.ctime_ns < quiet)
-            .then_some(k)
-    }
-
-    fn rule_files(&self, key: &[u8]) -> Option<(u8, u64)> {
-        self.dirs
-            .get(key)
-            .map(|k| (k.stat.flags & RULE_FILES, k.stat.rules))
+            && now.ctime_ns < quiet
     }
 }
 
@@ -182,6 +185,8 @@ impl<'p> Known<'p> {
 pub(crate) struct Walked {
     /// Every regular file and symlink not ignored, with its stat data.
     pub entries: Vec<(Vec<u8>, Entry)>,
+    /// For each entry, the index of the same path in the known walk.
+    pub old: Vec<Option<u32>>,
     /// Every directory entered (and those that could not be).
     pub dirs: Vec<(Vec<u8>, DirStat)>,
     /// Directories listed (the others were known and unchanged).
@@ -283,8 +288,10 @@ pub(crate) fn walk_known(
         abs_root,
         extra,
         global,
-        // Other patterns or another global excludes file: everything is listed.
-        known: known.filter(|k| k.global == global_sig),
+        known,
+        // Other patterns or another global excludes file: everything is
+        // listed (and still paired with what was known).
+        trust: known.is_some_and(|k| k.global == global_sig),
         queue: Mutex::new(Queue {
             stack: vec![Work {
                 fd: Dirfd::Open(root_fd),
@@ -333,6 +340,7 @@ pub(crate) fn walk_known(
             match h.join() {
                 Ok(mut l) => {
                     out.out.append(&mut l.out);
+                    out.old.append(&mut l.old);
                     out.dirs.append(&mut l.dirs);
                     out.listed += l.listed;
                 }
@@ -342,6 +350,7 @@ pub(crate) fn walk_known(
     });
     Ok(Walked {
         entries: out.out,
+        old: out.old,
         dirs: out.dirs,
         listed: out.listed,
         global: global_sig,
@@ -479,6 +488,8 @@ struct Shared<'a> {
     extra: Gitignore,
     global: Gitignore,
     known: Option<&'a Known<'a>>,
+    /// Unchanged directories of `known` may be taken as they were.
+    trust: bool,
     queue: Mutex<Queue>,
     cv: Condvar,
 }
@@ -496,6 +507,8 @@ struct Local {
     /// Entries seen.
     seen: usize,
     out: Vec<(Vec<u8>, Entry)>,
+    /// Parallel to `out`: the index of the same path in the known walk.
+    old: Vec<Option<u32>>,
     dirs: Vec<(Vec<u8>, DirStat)>,
     listed: usize,
 }
@@ -509,6 +522,7 @@ impl Default for Local {
             children: Vec::new(),
             seen: 0,
             out: Vec::new(),
+            old: Vec::new(),
             dirs: Vec::new(),
             listed: 0,
         }
@@ -607,7 +621,12 @@ impl Shared<'_> {
             },
         };
         let mut force_below = force;
-        if !force && let Some(k) = self.known.and_then(|k| k.trusted(&key, &now)) {
+        let kd = self.known.and_then(|k| k.dirs.get(key.as_slice()));
+        if !force
+            && self.trust
+            && let Some(known) = self.known
+            && let Some(k) = kd.filter(|k| known.trusted(k, &now))
+        {
             let flags = k.stat.flags & RULE_FILES;
             let (own, sig) = self.dir_rules(&key, flags, rules.clone());
             if sig == k.stat.rules {
@@ -643,11 +662,7 @@ impl Shared<'_> {
             l.ents.push((start, l.names.len(), e.file_type()));
         }
         let (rules, sig) = self.dir_rules(&key, flags, rules);
-        if self
-            .known
-            .and_then(|k| k.rule_files(&key))
-            .is_some_and(|was| was != (flags, sig))
-        {
+        if kd.is_some_and(|k| (k.stat.flags & RULE_FILES, k.stat.rules) != (flags, sig)) {
             force_below = true;
         }
         now.flags |= flags;
@@ -655,6 +670,20 @@ impl Shared<'_> {
         l.dirs.push((key.clone(), now));
         let top = key.is_empty();
         let base = if top { 0 } else { key.len() + 1 };
+        // What the known walk had here, by name (a map for large directories).
+        let by_name: Option<std::collections::HashMap<&[u8], u32, FxBuild>> = kd
+            .filter(|k| k.files.len() > 16)
+            .map(|k| k.files.iter().map(|(f, i)| (&f[base..], *i)).collect());
+        let was = |name: &[u8]| -> Option<u32> {
+            match &by_name {
+                Some(m) => m.get(name).copied(),
+                None => kd?
+                    .files
+                    .iter()
+                    .find(|(f, _)| &f[base..] == name)
+                    .map(|(_, i)| *i),
+            }
+        };
         let mut path = key;
         if !top {
             path.push(b'/');
@@ -717,6 +746,7 @@ impl Shared<'_> {
                 _ => continue,
             };
             l.out.push((path.clone(), entry_of(&st, symlink)));
+            l.old.push(was(name));
         }
     }
 
@@ -736,7 +766,7 @@ impl Shared<'_> {
         l.dirs.push((key, now));
         l.seen += k.files.len() + k.subdirs.len();
         let fd = Arc::new(fd);
-        for f in &k.files {
+        for &(f, i) in &k.files {
             let Ok(st) = rustix::fs::statat(&*fd, &f[base..], AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };
@@ -746,6 +776,7 @@ impl Shared<'_> {
                 _ => continue,
             };
             l.out.push((f.to_vec(), entry_of(&st, symlink)));
+            l.old.push(Some(i));
         }
         for d in &k.subdirs {
             l.children.push(Work {

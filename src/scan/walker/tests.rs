@@ -964,6 +964,18 @@ fn check_known(
             "{what} ({opts:?}): the walk knowing the last one differs from a full listing:\n{}",
             diff(&want, &got)
         );
+        // Every entry is paired with the same path of the known walk, if it
+        // had it (the index `fresh` and `post` compare against).
+        for (i, (k, _)) in b.w.entries.iter().enumerate() {
+            let had = base.w.entries.iter().position(|(bk, _)| bk == k);
+            assert_eq!(
+                b.w.old[i].map(|j| j as usize),
+                had,
+                "{what} ({opts:?}): `{}` paired wrongly",
+                String::from_utf8_lossy(k)
+            );
+        }
+        assert_eq!(b.w.old.len(), b.w.entries.len());
         first.get_or_insert(b);
     }
     first.unwrap()
