@@ -15,6 +15,12 @@
 //! snapshot: created, deleted, modified, renamed files, mode changes and
 //! symlinks become patches of that call.
 //!
+//! Each walk knows the snapshot it is compared with: directories whose stat
+//! data did not move are not listed again (see [`walker`]), and the walk
+//! pairs every entry with the index of the same path in that snapshot, so no
+//! map of all paths is built. A snapshot keeps entries in walk order, grouped
+//! by directory, and every directory with its stat data.
+//!
 //! Racy entries (modified within [`RACY_NS`] of the snapshot) are re-read next
 //! time even when their stat data matches, as git does for its index.
 //!
