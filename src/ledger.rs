@@ -538,7 +538,7 @@ impl Ledger {
 
     /// Checks the whole chain (every line's hash, `seq` and `prev`) and calls
     /// `visit` with each raw line and its header, without building records;
-    /// bodies can be parsed on demand with [`Body::parse`]. The line's JSON is
+    /// bodies can be parsed on demand with `Body::parse`. The line's JSON is
     /// not fully validated here (its hash is).
     pub fn scan_headers(
         &self,

@@ -16,7 +16,7 @@
 //! symlinks become patches of that call.
 //!
 //! Each walk knows the snapshot it is compared with: directories whose stat
-//! data did not move are not listed again (see [`walker`]), and the walk
+//! data did not move are not listed again (see `scan/walker.rs`), and the walk
 //! pairs every entry with the index of the same path in that snapshot, so no
 //! map of all paths is built. A snapshot keeps entries in walk order, grouped
 //! by directory, and every directory with its stat data.

@@ -74,8 +74,8 @@ pub struct DirStat {
     pub mtime_ns: i64,
     /// ctime in ns.
     pub ctime_ns: i64,
-    /// The rule files its listing named ([`HAS_IGNORE`], …), and
-    /// [`UNLISTED`] when it could not be listed whole.
+    /// The rule files its listing named (`HAS_IGNORE`, …), and
+    /// `UNLISTED` when it could not be listed whole.
     pub flags: u8,
     /// Fingerprint of the stat data of the rule files it adds.
     pub rules: u64,
