@@ -53,6 +53,10 @@ pub use walker::DirStat;
 /// Entries modified this close to the snapshot are not trusted by stat alone.
 pub const RACY_NS: i64 = 50_000_000;
 
+/// More moved entries than this and a walk reads git's index to find those
+/// clean against it (and not copy them); fewer are read and stored.
+const GIT_INDEX_FROM: usize = 256;
+
 const MAGIC: &[u8; 8] = b"CKPTSNP2";
 
 /// A fast non-cryptographic hasher for path keys (FxHash, as rustc uses): the
@@ -425,13 +429,12 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
             && dirs.len() == o.dirs.len()
             && dirs.iter().all(|(_, d)| d.flags & walker::UNLISTED == 0)
     });
-    let mut git: Option<Option<GitIndex>> = None;
     let mut kept = 0usize;
     let mut dropped = Vec::new();
-    // Entries whose content must be read and stored: done after the loop,
-    // on two threads when there are many (a shell call that wrote files).
-    let mut to_store: Vec<(usize, RelPath)> = Vec::new();
-    for (i, (key, e)) in walked.iter_mut().enumerate() {
+    // Entries whose stat data moved (or is racy): looked up in git's index,
+    // else read and stored.
+    let mut pending: Vec<usize> = Vec::new();
+    for (i, (_, e)) in walked.iter_mut().enumerate() {
         if let (Some(s), Some(j)) = (old, old_idx[i]) {
             let o = &s.entries[j as usize].1;
             if o.same_stat(e) && e.mtime_ns < s.taken_ns - RACY_NS {
@@ -443,10 +446,24 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
                 continue;
             }
         }
-        let gi = git.get_or_insert_with(|| {
-            crate::git::index_stats(ws.root()).map(|(map, mtime_ns)| GitIndex { map, mtime_ns })
-        });
-        if let Some(gi) = gi
+        pending.push(i);
+    }
+    // Git's index is read (14 MB on the 100,000-file tree) when it can save
+    // copies: at first use, when many entries moved (a checkout), or for a
+    // file too big to store. A few changed files are stored instead.
+    let git = (old.is_none()
+        || pending.len() > GIT_INDEX_FROM
+        || pending
+            .iter()
+            .any(|&i| walked[i].1.size > cfg.max_blob_bytes))
+    .then(|| crate::git::index_stats(ws.root()).map(|(map, mtime_ns)| GitIndex { map, mtime_ns }))
+    .flatten();
+    // Entries whose content must be read and stored: done after the loop,
+    // on two threads when there are many (a shell call that wrote files).
+    let mut to_store: Vec<(usize, RelPath)> = Vec::new();
+    for i in pending {
+        let (key, e) = &mut walked[i];
+        if let Some(gi) = &git
             && let Some(oid) = git_clean_oid(gi, key, e)
         {
             e.git_oid = Some(oid);

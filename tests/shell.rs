@@ -594,3 +594,49 @@ fn changes_under_directories_that_did_not_move_are_found() {
         ckpt::ContentHash::of(b"D\n").to_string()
     );
 }
+
+/// A checkout that puts many files back to what git has (a branch switch, a
+/// `git checkout -- .`) outside any call copies none of them into the store:
+/// the next walk reads git's index for them. (A handful of moved files are
+/// stored instead: reading a large index costs more than storing them.)
+#[test]
+fn a_checkout_of_many_files_between_calls_copies_none_of_them() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    for i in 0..300 {
+        env.write(
+            &format!("many/f{i:03}.txt"),
+            format!("file {i}\n").as_bytes(),
+        );
+    }
+    git(&env, &["add", "-A"]);
+    git(&env, &["commit", "-qm", "many"]);
+    let exec = |script: &str| {
+        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    exec("true");
+    let before = blob_count(&env);
+    // Outside any call: every file rewritten, then checked out again.
+    for i in 0..300 {
+        env.write(&format!("many/f{i:03}.txt"), b"scratch\n");
+    }
+    git(&env, &["checkout", "--", "many"]);
+    // Past git's racy window for the rewritten index (same second).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    git(&env, &["status", "--porcelain"]);
+    exec("true");
+    assert_eq!(
+        blob_count(&env),
+        before,
+        "files clean against git were copied into the store"
+    );
+    let patches = records(&env)
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .count();
+    assert_eq!(patches, 0, "nothing changed during the calls");
+}
