@@ -513,6 +513,19 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
     })
 }
 
+/// Whether the file or symlink at `key` exists (a path that cannot be looked
+/// at for lack of permission counts as existing: no deletion is claimed).
+fn still_there(ws: &Workspace, key: &[u8]) -> bool {
+    let Ok(rel) = RelPath::from_ledger(key) else {
+        return false;
+    };
+    match ws.files().entry(&rel) {
+        Ok(fs_util::EntryKind::File { .. } | fs_util::EntryKind::Symlink(_)) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == io::ErrorKind::PermissionDenied,
+    }
+}
+
 /// Whether a racy entry still holds the content its identity names (read
 /// whole: only entries up to `max_blob_bytes` are checked).
 fn same_content(ws: &Workspace, (key, e): &(Vec<u8>, Entry)) -> bool {
@@ -657,11 +670,19 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
                     pairs.push((k, Some(b), Some(a)));
                 }
             }
+            // Not in the snapshot the call started from: created by the call,
+            // unless its inode has not changed since before that snapshot was
+            // taken. Then it was there all along, unseen (ignored until a rule
+            // file changed, or in a directory that could not be read): the
+            // call did not create it, and undoing the call must not delete it.
+            None if a.ctime_ns < pre.taken_ns - RACY_NS => {}
             None => pairs.push((k, None, Some(a))),
         }
     }
     for ((k, b), seen) in pre.entries.iter().zip(&seen) {
-        if !seen {
+        // Gone from the walk: deleted, unless it is still there, now unseen
+        // (a rule file changed, or its directory can no longer be read).
+        if !seen && !still_there(ws, k) {
             pairs.push((k, Some(b), None));
         }
     }

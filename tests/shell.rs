@@ -556,8 +556,9 @@ fn changes_under_directories_that_did_not_move_are_found() {
     exec("true");
     quiet();
     // Same inodes, same directories: only file stat data and rule files move.
+    // `build/x.o` was there before (ignored): un-ignoring it creates nothing.
     exec(
-        "printf 'C\\n' > src/deep/er/c.txt; printf '*.log\\n' > .gitignore; printf 'one\\n' >> src/a.txt",
+        "printf 'C\\n' > src/deep/er/c.txt; printf '*.log\\n' > .gitignore; printf 'one\\n' >> src/a.txt; printf 'n\\n' > build/new.o",
     );
     let recs = records(&env);
     let mut got: Vec<(String, String)> = recs
@@ -573,7 +574,7 @@ fn changes_under_directories_that_did_not_move_are_found() {
     got.sort();
     let want = [
         (".gitignore", "modify"),
-        ("build/x.o", "create"),
+        ("build/new.o", "create"),
         ("src/a.txt", "modify"),
         ("src/deep/er/c.txt", "modify"),
     ];
@@ -639,4 +640,46 @@ fn a_checkout_of_many_files_between_calls_copies_none_of_them() {
         .filter(|r| r["kind"] == "file_patch")
         .count();
     assert_eq!(patches, 0, "nothing changed during the calls");
+}
+
+/// A call that changes the ignore rules changes which files the walk sees,
+/// not which files exist: files it starts ignoring are not deletions, files
+/// it stops ignoring are not creations, and undoing the call touches neither.
+#[test]
+fn files_hidden_or_shown_by_a_rule_change_are_not_the_calls_changes() {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return;
+    }
+    let env = repo();
+    env.write("src/deep/d.txt", b"d\n");
+    env.write("build/x.o", b"obj\n");
+    let exec = |script: &str| {
+        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    exec("true");
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    // Start ignoring src/deep/, stop ignoring build/.
+    exec("printf 'src/deep/\\n*.log\\n' > .gitignore");
+    let recs = records(&env);
+    let patches: Vec<_> = recs
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| (r["path"].as_str().unwrap(), r["op"].as_str().unwrap()))
+        .collect();
+    assert_eq!(patches, vec![(".gitignore", "modify")]);
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(env.ws.join(".gitignore")).unwrap(),
+        b"build/\n*.log\n"
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join("src/deep/d.txt")).unwrap(),
+        b"d\n"
+    );
+    assert_eq!(std::fs::read(env.ws.join("build/x.o")).unwrap(), b"obj\n");
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
