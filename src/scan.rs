@@ -382,8 +382,8 @@ struct Fresh {
 }
 
 impl Fresh {
-    /// The walk as a snapshot (a map: built only when it is needed, which a
-    /// call that changed nothing never does).
+    /// The walk as a snapshot (built only when it is saved, which a call that
+    /// changed nothing never does).
     fn into_snapshot(self) -> Snapshot {
         let mut entries = Vec::with_capacity(self.walked.len());
         let mut dropped = self.dropped.into_iter().peekable();
