@@ -203,11 +203,14 @@ impl StateLock {
 }
 
 fn stat_of(ws: &Workspace, rel: &RelPath) -> Option<(u64, i64, i64, u64)> {
-    let (parent, name) = rel.split_parent();
-    let dir = ws.files().open_dir_beneath(parent.unwrap_or(b"")).ok()?;
+    // One `fstatat` from the root (every hook checks every file the agent
+    // last wrote): the result is only compared with stat data recorded for
+    // the same path, and a path that leads elsewhere through a symlinked
+    // directory cannot match it (an inode and its nanosecond times belong to
+    // one file). Contents are always read through the confined resolution.
     let st = rustix::fs::statat(
-        &dir,
-        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name),
+        ws.files().root(),
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(rel.as_bytes()),
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
     .ok()?;
