@@ -288,6 +288,11 @@ fn main() {
             .map(|_| workload::stat_walk_floor(&ws).unwrap())
             .collect();
         let floor = stats(&mut floor);
+        let known = workload::known_paths(&ws).unwrap();
+        let mut kfloor: Vec<Duration> = (0..n_shell)
+            .map(|_| workload::known_path_floor(&known).unwrap())
+            .collect();
+        let kfloor = stats(&mut kfloor);
         push(
             "pre+post around a shell command that changes nothing",
             col,
@@ -304,6 +309,19 @@ fn main() {
             format!(
                 "{:.2}×",
                 nochange.median.as_secs_f64() / (2.0 * floor.median.as_secs_f64())
+            ),
+        );
+        push(
+            "known-path floor (in-process fstatat of every known file, nothing listed)",
+            col,
+            kfloor.to_string(),
+        );
+        push(
+            "  shell pre+post ÷ (2 × known-path floor)",
+            col,
+            format!(
+                "{:.2}×",
+                nochange.median.as_secs_f64() / (2.0 * kfloor.median.as_secs_f64())
             ),
         );
         push(

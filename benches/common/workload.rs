@@ -972,6 +972,62 @@ pub fn stat_walk(ws: &Path) -> io::Result<WalkCount> {
     Ok(count)
 }
 
+/// Every file the walk keeps, by directory: what a snapshot knows.
+pub struct KnownPaths {
+    dirs: Vec<(PathBuf, Vec<std::ffi::OsString>)>,
+}
+
+/// Lists `ws` as [`stat_walk`] does (and skips `.agent-runtime`): the paths a
+/// known-path scan stats. Untimed setup for [`known_path_floor`].
+pub fn known_paths(ws: &Path) -> io::Result<KnownPaths> {
+    let ignore = RootIgnore::load(ws);
+    let mut dirs = Vec::new();
+    let mut stack = vec![ws.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let is_dir = entry.file_type()?.is_dir();
+            let s = name.to_string_lossy();
+            if s == ".git" || (dir == ws && s == ".agent-runtime") || ignore.ignored(&s, is_dir) {
+                continue;
+            }
+            if is_dir {
+                stack.push(entry.path());
+            } else {
+                names.push(name);
+            }
+        }
+        dirs.push((dir, names));
+    }
+    Ok(KnownPaths { dirs })
+}
+
+/// The known-path floor (PERFORMANCE.md §2.1 "known paths", nothing
+/// changed), in-process, one thread: open every known directory, `fstat` it,
+/// `fstatat` every known file in it; nothing is listed or matched.
+pub fn known_path_floor(k: &KnownPaths) -> io::Result<Duration> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let start = Instant::now();
+    let mut n = 0u64;
+    for (dir, names) in &k.dirs {
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        n += rustix::fs::fstat(&fd)?.st_ino;
+        for name in names {
+            n += rustix::fs::statat(&fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)?.st_size
+                as u64;
+        }
+    }
+    let elapsed = start.elapsed();
+    std::hint::black_box(n);
+    Ok(elapsed)
+}
+
 /// The stat-walk floor, measured in-process (no process start, unlike the git rows): one
 /// [`stat_walk`] of the workspace. It honours only the root `.gitignore` (so `target/` is
 /// skipped) and skips `.git`.
