@@ -826,6 +826,24 @@ mod tests {
         assert!(!f.unchanged);
         assert_eq!(entry(&f.walked, b"f.txt").hash, Some(now));
 
+        // Racy, clean against git (its identity a git blob id): verified by
+        // that id, and kept as it is, not copied into the store.
+        let id = crate::git::blob_id(b"what is there");
+        let mut oid = [0u8; 20];
+        for (i, b) in oid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&id[2 * i..2 * i + 2], 16).unwrap();
+        }
+        let mut clean = old.clone();
+        for (k, e) in &mut clean.entries {
+            if k == b"f.txt" {
+                e.hash = None;
+                e.git_oid = Some(oid);
+            }
+        }
+        let f = fresh(&ws, &cfg, Some(&clean)).unwrap();
+        let e = entry(&f.walked, b"f.txt");
+        assert_eq!((e.hash, e.git_oid), (None, Some(oid)));
+
         // Not racy: stat data is trusted as it always was.
         old.taken_ns = now_ns() + 10 * RACY_NS;
         let f = fresh(&ws, &cfg, Some(&old)).unwrap();
