@@ -55,6 +55,26 @@ fn records(env: &TestEnv) -> Vec<serde_json::Value> {
         .clone()
 }
 
+/// Runs `sh -c SCRIPT` as one recorded call; it must succeed.
+fn exec_sh(env: &TestEnv, script: &str) {
+    let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// `(path, op)` of every recorded file patch, in ledger order.
+fn patch_ops(env: &TestEnv) -> Vec<(String, String)> {
+    records(env)
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["op"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 fn blob_count(env: &TestEnv) -> usize {
     let dir = env.rt().join("artifacts/blobs");
     if !dir.exists() {
@@ -352,10 +372,7 @@ fn a_call_that_changes_nothing_rewrites_no_snapshot() {
     let env = repo();
     let snap = env.rt().join("index/snapshot.bin");
     let ino = || std::fs::metadata(&snap).unwrap().ino();
-    let exec = |script: &str| {
-        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
-        assert_eq!(r.code, 0, "{}", r.stderr);
-    };
+    let exec = |script: &str| exec_sh(&env, script);
     // Past the racy window of the files `repo()` wrote.
     std::thread::sleep(std::time::Duration::from_millis(120));
     exec("true");
@@ -372,12 +389,7 @@ fn a_call_that_changes_nothing_rewrites_no_snapshot() {
         0,
         "no per-call snapshot is left behind"
     );
-    let patches = |env: &TestEnv| {
-        records(env)
-            .into_iter()
-            .filter(|r| r["kind"] == "file_patch")
-            .count()
-    };
+    let patches = |env: &TestEnv| patch_ops(env).len();
     assert_eq!(patches(&env), 0);
 
     // The user edits between calls: the next pre takes a new snapshot, and
@@ -547,10 +559,7 @@ fn changes_under_directories_that_did_not_move_are_found() {
     env.write("src/deep/er/c.txt", b"c\n");
     env.write("src/deep/d.txt", b"d\n");
     env.write("build/x.o", b"obj\n");
-    let exec = |script: &str| {
-        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
-        assert_eq!(r.code, 0, "{}", r.stderr);
-    };
+    let exec = |script: &str| exec_sh(&env, script);
     let quiet = || std::thread::sleep(std::time::Duration::from_millis(120));
     quiet();
     exec("true");
@@ -560,17 +569,7 @@ fn changes_under_directories_that_did_not_move_are_found() {
     exec(
         "printf 'C\\n' > src/deep/er/c.txt; printf '*.log\\n' > .gitignore; printf 'one\\n' >> src/a.txt; printf 'n\\n' > build/new.o",
     );
-    let recs = records(&env);
-    let mut got: Vec<(String, String)> = recs
-        .iter()
-        .filter(|r| r["kind"] == "file_patch")
-        .map(|r| {
-            (
-                r["path"].as_str().unwrap().to_string(),
-                r["op"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let mut got = patch_ops(&env);
     got.sort();
     let want = [
         (".gitignore", "modify"),
@@ -615,10 +614,7 @@ fn a_checkout_of_many_files_between_calls_copies_none_of_them() {
     }
     git(&env, &["add", "-A"]);
     git(&env, &["commit", "-qm", "many"]);
-    let exec = |script: &str| {
-        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
-        assert_eq!(r.code, 0, "{}", r.stderr);
-    };
+    let exec = |script: &str| exec_sh(&env, script);
     exec("true");
     let before = blob_count(&env);
     // Outside any call: every file rewritten, then checked out again.
@@ -635,11 +631,7 @@ fn a_checkout_of_many_files_between_calls_copies_none_of_them() {
         before,
         "files clean against git were copied into the store"
     );
-    let patches = records(&env)
-        .iter()
-        .filter(|r| r["kind"] == "file_patch")
-        .count();
-    assert_eq!(patches, 0, "nothing changed during the calls");
+    assert_eq!(patch_ops(&env), vec![], "nothing changed during the calls");
 }
 
 /// A call that changes the ignore rules changes which files the walk sees,
@@ -654,22 +646,16 @@ fn files_hidden_or_shown_by_a_rule_change_are_not_the_calls_changes() {
     let env = repo();
     env.write("src/deep/d.txt", b"d\n");
     env.write("build/x.o", b"obj\n");
-    let exec = |script: &str| {
-        let r = env.ckpt(&["exec", "--", "sh", "-c", script]);
-        assert_eq!(r.code, 0, "{}", r.stderr);
-    };
+    let exec = |script: &str| exec_sh(&env, script);
     std::thread::sleep(std::time::Duration::from_millis(120));
     exec("true");
     std::thread::sleep(std::time::Duration::from_millis(120));
     // Start ignoring src/deep/, stop ignoring build/.
     exec("printf 'src/deep/\\n*.log\\n' > .gitignore");
-    let recs = records(&env);
-    let patches: Vec<_> = recs
-        .iter()
-        .filter(|r| r["kind"] == "file_patch")
-        .map(|r| (r["path"].as_str().unwrap(), r["op"].as_str().unwrap()))
-        .collect();
-    assert_eq!(patches, vec![(".gitignore", "modify")]);
+    assert_eq!(
+        patch_ops(&env),
+        vec![(".gitignore".to_string(), "modify".to_string())]
+    );
     let r = env.ckpt(&["rollback", "--last", "1"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(
