@@ -43,6 +43,18 @@ fn settle() {
     std::thread::sleep(std::time::Duration::from_secs(1));
 }
 
+/// The workspace of `spec` under `base` (generated, or checked and reused),
+/// its root and runtime directory, on a settled disk.
+fn ready(spec: &workload::Spec, base: &Path) -> (workload::Generated, PathBuf, PathBuf) {
+    let t = Instant::now();
+    let g = workload::generate(spec, &base.join(spec.name)).expect("generate workload");
+    eprintln!("{}: ready in {:?}", spec.name, t.elapsed());
+    let ws = g.root.clone();
+    let rt = ws.join(".agent-runtime");
+    settle();
+    (g, ws, rt)
+}
+
 fn ckpt() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
@@ -125,12 +137,7 @@ fn main() {
     // 11.1 ms a second after deleting 150 MB, 10.0 ms half a minute later).
     let mut edit_median = vec![Duration::ZERO; specs.len()];
     for (col, spec) in specs.iter().enumerate() {
-        let t = Instant::now();
-        let g = workload::generate(spec, &base.join(spec.name)).expect("generate workload");
-        eprintln!("{}: ready in {:?}", spec.name, t.elapsed());
-        let ws = g.root.clone();
-        let rt = ws.join(".agent-runtime");
-        settle();
+        let (g, ws, rt) = ready(spec, &base);
         // The first Edit pre sets ckpt up.
         let _ = std::fs::remove_dir_all(&rt);
         let files = g.pick_files(n_edit, 7);
@@ -186,12 +193,7 @@ fn main() {
     // Pass 2: everything else.
     let mut shadows = Vec::new();
     for (col, spec) in specs.iter().enumerate() {
-        let t = Instant::now();
-        let g = workload::generate(spec, &base.join(spec.name)).expect("generate workload");
-        eprintln!("{}: ready in {:?}", spec.name, t.elapsed());
-        let ws = g.root.clone();
-        let rt = ws.join(".agent-runtime");
-        settle();
+        let (g, ws, rt) = ready(spec, &base);
 
         // First use on a clean checkout: the first hook inits and snapshots.
         let mut first = Vec::new();
