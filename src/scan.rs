@@ -810,9 +810,11 @@ mod tests {
         let now = ContentHash::of(b"what is there");
         assert_eq!(entry(&first.entries, b"f.txt").hash, Some(now));
 
-        // Racy, with its true identity: kept.
+        // Racy, with its true identity: kept. The snapshot is dated at the
+        // file's own mtime, not "now": on a loaded machine more than
+        // `RACY_NS` can pass between the write and this line.
         let mut old = first.clone();
-        old.taken_ns = now_ns();
+        old.taken_ns = entry(&first.entries, b"f.txt").mtime_ns;
         let f = fresh(&ws, &cfg, Some(&old)).unwrap();
         assert_eq!(entry(&f.walked, b"f.txt").hash, Some(now));
 
@@ -845,7 +847,7 @@ mod tests {
         assert_eq!((e.hash, e.git_oid), (None, Some(oid)));
 
         // Not racy: stat data is trusted as it always was.
-        old.taken_ns = now_ns() + 10 * RACY_NS;
+        old.taken_ns = entry(&first.entries, b"f.txt").mtime_ns + 10 * RACY_NS;
         let f = fresh(&ws, &cfg, Some(&old)).unwrap();
         assert_eq!(
             entry(&f.walked, b"f.txt").hash,

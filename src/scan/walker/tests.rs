@@ -1068,10 +1068,17 @@ fn a_known_walk_lists_only_what_changed_and_finds_every_change() {
     // than that, it is trusted.
     file(r, b"docs/late.md", "x");
     let just = base_walk(r, &[], None, ONE_THREAD);
-    let known = just.known(None);
+    // Dated at the directory's own change, not at the walk: on a loaded
+    // machine more than RACY_NS can pass between the two.
+    let changed = {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(r.join("docs")).unwrap();
+        m.mtime() * 1_000_000_000 + m.mtime_nsec()
+    };
+    let known = just.known(Some(changed));
     let again = base_walk(r, &[], Some(&known), ONE_THREAD);
     assert_eq!(again.w.listed, 1, "only docs/, changed just now, is listed");
-    let known = just.known(Some(now_ns() + RACY_NS));
+    let known = just.known(Some(changed + 2 * RACY_NS));
     let again = base_walk(r, &[], Some(&known), ONE_THREAD);
     assert_eq!(again.w.listed, 0);
 }
