@@ -72,6 +72,9 @@ pub struct BlobStore {
     rt: Arc<OwnedFd>,
     blobs: Arc<OnceLock<OwnedFd>>,
     tmp: Arc<OnceLock<OwnedFd>>,
+    /// The fan-out directories opened so far, by their first byte: a call
+    /// that stores hundreds of blobs opens each at most once.
+    fans: Arc<[OnceLock<OwnedFd>; 256]>,
 }
 
 impl BlobStore {
@@ -81,6 +84,7 @@ impl BlobStore {
             rt,
             blobs: Arc::default(),
             tmp: Arc::default(),
+            fans: Arc::new(std::array::from_fn(|_| OnceLock::new())),
         }
     }
 
@@ -97,6 +101,34 @@ impl BlobStore {
         let (b, _) = fs_util::open_or_create_private_dir(art.as_fd(), "blobs")
             .map_err(|e| Self::err("open", "artifacts/blobs", e))?;
         Ok(self.blobs.get_or_init(|| b))
+    }
+
+    /// The fan-out directory `fan` (two hex digits), created if missing.
+    fn fan_dir(&self, fan: &str) -> Result<&OwnedFd, BlobError> {
+        let slot = u8::from_str_radix(fan, 16)
+            .map(|i| &self.fans[usize::from(i)])
+            .map_err(|_| {
+                Self::err(
+                    "open",
+                    "artifacts/blobs",
+                    io::Error::other("bad fan-out name"),
+                )
+            })?;
+        if let Some(fd) = slot.get() {
+            return Ok(fd);
+        }
+        let blobs = self.blobs_dir()?;
+        // Usually there already: one open, no `mkdirat` failing with EEXIST.
+        let fd = match fs_util::open_dir(blobs.as_fd(), fan) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs_util::open_or_create_private_dir(blobs.as_fd(), fan)
+                    .map_err(|e| Self::err("create", "artifacts/blobs", e))?
+                    .0
+            }
+            Err(e) => return Err(Self::err("open", "artifacts/blobs", e)),
+        };
+        Ok(slot.get_or_init(|| fd))
     }
 
     fn tmp_dir(&self) -> Result<&OwnedFd, BlobError> {
@@ -149,8 +181,7 @@ impl BlobStore {
         {
             let _ = rustix::fs::fchmod(&f, rustix::fs::Mode::from_raw_mode(0o600));
         }
-        let fanfd = fs_util::open_dir(self.blobs_dir()?.as_fd(), &fan)
-            .map_err(|e| Self::err("open", "artifacts/blobs", e))?;
+        let fanfd = self.fan_dir(&fan)?;
         fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))
     }
 
@@ -231,9 +262,17 @@ impl BlobStore {
     /// Stores the contents of an open regular file.
     pub fn put_file(&self, file: &mut File) -> Result<(ContentHash, u64), BlobError> {
         let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+        self.put_file_sized(file, size)
+    }
+
+    /// [`put_file`](Self::put_file) for a file whose size was just seen.
+    pub fn put_file_sized(
+        &self,
+        file: &mut File,
+        size: u64,
+    ) -> Result<(ContentHash, u64), BlobError> {
         if size <= SMALL_FILE {
-            let mut data = Vec::with_capacity(size as usize);
-            file.read_to_end(&mut data)
+            let data = fs_util::read_to_end_sized(file, size)
                 .map_err(|e| Self::err("read", "source file", e))?;
             let n = data.len() as u64;
             return Ok((self.put_bytes(&data)?, n));
@@ -243,18 +282,11 @@ impl BlobStore {
 
     fn publish(&self, tmp_name: &str, h: &ContentHash) -> Result<(), BlobError> {
         let tmp = self.tmp_dir()?;
-        let blobs = self.blobs_dir()?;
         let (fan, rest) = rel_name(h);
         failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "blob", e))?;
-        let (fanfd, _) = fs_util::open_or_create_private_dir(blobs.as_fd(), &fan)
-            .map_err(|e| Self::err("create", "artifacts/blobs", e))?;
-        match rustix::fs::renameat_with(
-            tmp,
-            tmp_name,
-            &fanfd,
-            rest.as_str(),
-            RenameFlags::NOREPLACE,
-        ) {
+        let fanfd = self.fan_dir(&fan)?;
+        match rustix::fs::renameat_with(tmp, tmp_name, fanfd, rest.as_str(), RenameFlags::NOREPLACE)
+        {
             Ok(()) => {}
             Err(Errno::EXIST) => {
                 // Someone stored the same bytes first. Keep theirs if it is sound;
@@ -266,14 +298,14 @@ impl BlobStore {
                     }
                     return Ok(());
                 }
-                if let Err(e) = rustix::fs::renameat(tmp, tmp_name, &fanfd, rest.as_str()) {
+                if let Err(e) = rustix::fs::renameat(tmp, tmp_name, fanfd, rest.as_str()) {
                     let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
                     return Err(Self::err("repair", "blob", e));
                 }
             }
             Err(Errno::INVAL) | Err(Errno::NOSYS) => {
                 // File systems without RENAME_NOREPLACE: link + unlink is just as exclusive.
-                match rustix::fs::linkat(tmp, tmp_name, &fanfd, rest.as_str(), AtFlags::empty()) {
+                match rustix::fs::linkat(tmp, tmp_name, fanfd, rest.as_str(), AtFlags::empty()) {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(Self::err("publish", "blob", e)),
                 }
@@ -292,12 +324,17 @@ impl BlobStore {
     }
 
     fn open(&self, h: &ContentHash) -> Result<File, BlobError> {
+        self.open_sized(h).map(|(f, _)| f)
+    }
+
+    /// [`open`](Self::open), also returning the blob's size.
+    fn open_sized(&self, h: &ContentHash) -> Result<(File, u64), BlobError> {
         let (fan, rest) = rel_name(h);
         let blobs = self.blobs_dir()?;
         // One open of `xx/yyy…` (the file itself never through a symlink, its
         // bytes re-hashed by every reader) instead of two.
         let path = format!("{fan}/{rest}");
-        match fs_util::open_regular_at(blobs.as_fd(), OsStr::new(&path)) {
+        match fs_util::open_regular_at_sized(blobs.as_fd(), OsStr::new(&path)) {
             Ok(f) => Ok(f),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(BlobError::Missing(*h)),
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
@@ -310,9 +347,8 @@ impl BlobStore {
 
     /// Returns a blob's bytes after checking they hash to its name.
     pub fn get(&self, h: &ContentHash) -> Result<Vec<u8>, BlobError> {
-        let mut f = self.open(h)?;
-        let mut v = Vec::new();
-        f.read_to_end(&mut v)
+        let (mut f, size) = self.open_sized(h)?;
+        let v = fs_util::read_to_end_sized(&mut f, size)
             .map_err(|e| Self::err("read", "artifacts/blobs", e))?;
         if ContentHash::of(&v) != *h {
             return Err(BlobError::HashMismatch(*h));
@@ -323,11 +359,10 @@ impl BlobStore {
     /// Streams a blob into `w`, checking the hash at the end. On `Err` the caller
     /// must discard what it received.
     pub fn copy_to(&self, h: &ContentHash, w: &mut dyn Write) -> Result<u64, BlobError> {
-        let mut f = self.open(h)?;
+        let (mut f, size) = self.open_sized(h)?;
         let mut hasher = Hasher::new();
         // Sized to the blob (most are small): zeroing a 1 MiB buffer per copy
         // was a tenth of a 110-file rollback's CPU time.
-        let size = f.metadata().map(|m| m.len()).unwrap_or(1 << 20);
         let mut buf = vec![0u8; (size as usize).clamp(4096, 1 << 20) + 1];
         let mut total = 0u64;
         loop {

@@ -71,9 +71,12 @@ pub fn temp_name(prefix: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
+    // getpid is a system call (glibc no longer caches it); a process never
+    // changes its pid (ckpt forks only to exec).
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     format!(
         "{prefix}{}-{}-{n}-{:x}",
-        std::process::id(),
+        PID.get_or_init(std::process::id),
         t % 1_000_000_000_000,
         random_u64()
     )
@@ -380,6 +383,13 @@ pub fn note_deferred() {
     DEFERRED.fetch_add(1, Ordering::Relaxed);
 }
 
+/// True inside a batch (durability deferred) that already wrote content
+/// without a sync: its end runs one `syncfs` ([`sync_all_under`]), which
+/// flushes anything else written on that file system before it.
+pub fn batch_will_sync() -> bool {
+    crate::durability_off() && DEFERRED.load(Ordering::Relaxed) > 0
+}
+
 /// Starts counting deferred writes from zero (the start of a batch).
 pub fn reset_deferred() {
     DEFERRED.store(0, Ordering::Relaxed);
@@ -430,6 +440,7 @@ pub fn lock_exclusive(dir: BorrowedFd<'_>, name: &str, shown: &str) -> Result<Fi
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| FsError::new("open", shown, e.into()))?;
+    fix_private_mode(fd.as_fd()).map_err(|e| FsError::new("open", shown, e))?;
     let f = File::from(fd);
     f.lock().map_err(|e| FsError::new("lock", shown, e))?;
     Ok(f)
@@ -519,6 +530,9 @@ pub fn overwrite_in_place(dir: BorrowedFd<'_>, name: &str, data: &[u8]) -> io::R
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(io::Error::other(format!("{name} is not a regular file")));
     }
+    if st.st_mode & 0o777 != 0o600 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+    }
     let f = File::from(fd);
     std::os::unix::fs::FileExt::write_all_at(&f, data, 0)?;
     if st.st_size as u64 > data.len() as u64 {
@@ -529,14 +543,56 @@ pub fn overwrite_in_place(dir: BorrowedFd<'_>, name: &str, data: &[u8]) -> io::R
 
 /// Creates a new file (`O_EXCL`, never through a symlink) with exactly `mode`.
 pub fn create_excl(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<File> {
+    let mode = mode & 0o777;
     let fd = rustix::fs::openat(
         dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        Mode::from_raw_mode(mode),
     )?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777))?;
+    // The umask can only remove bits: when it is known and removes none of
+    // `mode`'s, the file already has exactly `mode` (one system call less per
+    // file; hundreds when a shell call changed hundreds of files).
+    let umask = UMASK.load(Ordering::Relaxed);
+    if umask > 0o777 || umask & mode != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    }
     Ok(File::from(fd))
+}
+
+/// The process's umask, once [`learn_umask`] has read it (above `0o777`:
+/// unknown, so [`create_excl`] always sets the mode).
+static UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// Gives a runtime file opened with `O_CREAT` (mode 0600) exactly 0600 when
+/// the umask may have taken bits away (unknown, or one that removes owner
+/// read or write, such as 0277): without it the next open for writing fails.
+/// Nothing to do, and no system call, under the usual umasks.
+pub fn fix_private_mode(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let umask = UMASK.load(Ordering::Relaxed);
+    if umask > 0o777 || umask & 0o600 != 0 {
+        rustix::fs::fchmod(fd, Mode::from_raw_mode(0o600))?;
+    }
+    Ok(())
+}
+
+/// Reads the process's umask so that [`create_excl`] can skip `fchmod` when
+/// it would change nothing. Reading the umask means setting it, so this must
+/// run while the process has one thread (the binary's `main` calls it first).
+pub fn learn_umask() {
+    let old = rustix::process::umask(Mode::from_raw_mode(0o077));
+    rustix::process::umask(old);
+    UMASK.store(old.bits() & 0o777, Ordering::Relaxed);
+}
+
+/// Reads `f` to its end into a buffer sized for `size` bytes (its size as
+/// just seen: one `read` for the bytes and one to see the end, without the
+/// `statx` and `lseek` std's `File::read_to_end` spends on a size hint). A
+/// file that grew or shrank since is still read whole.
+pub fn read_to_end_sized(f: &mut File, size: u64) -> io::Result<Vec<u8>> {
+    let mut v = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(64));
+    Read::take(f, u64::MAX).read_to_end(&mut v)?;
+    Ok(v)
 }
 
 /// What a workspace path holds right now (not following symlinks).
@@ -667,16 +723,40 @@ impl Confined {
     /// Opens a regular file for reading without following symlinks and without
     /// blocking on a FIFO; anything that is not a regular file is refused.
     pub fn open_read(&self, rel: &RelPath) -> io::Result<File> {
+        self.open_read_sized(rel).map(|(f, _)| f)
+    }
+
+    /// [`open_read`](Self::open_read), also returning the file's size.
+    pub fn open_read_sized(&self, rel: &RelPath) -> io::Result<(File, u64)> {
+        // Usually one confined `openat2` of the whole path and an `fstat`
+        // (instead of opening the parent, the file, and closing the parent).
+        // Any failure takes the step-by-step path, which names the problem
+        // (a symlink, a FIFO, a missing file) as it always has.
+        if !OPENAT2_MISSING.load(Ordering::Relaxed)
+            && let Ok(fd) = rustix::fs::openat2(
+                &self.root,
+                OsStr::from_bytes(rel.as_bytes()),
+                OFlags::RDONLY
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK
+                    | OFlags::CLOEXEC
+                    | OFlags::NOCTTY,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            )
+            && let Ok(st) = rustix::fs::fstat(&fd)
+            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        {
+            return Ok((File::from(fd), st.st_size as u64));
+        }
         let (dir, name) = self.parent_of(rel)?;
-        open_regular_at(dir.as_fd(), OsStr::from_bytes(&name))
+        open_regular_at_sized(dir.as_fd(), OsStr::from_bytes(&name))
     }
 
     /// Reads a whole regular file.
     pub fn read(&self, rel: &RelPath) -> io::Result<Vec<u8>> {
-        let mut f = self.open_read(rel)?;
-        let mut v = Vec::new();
-        f.read_to_end(&mut v)?;
-        Ok(v)
+        let (mut f, size) = self.open_read_sized(rel)?;
+        read_to_end_sized(&mut f, size)
     }
 
     /// Creates the missing parent directories of `rel` (never through a symlink),
@@ -776,6 +856,11 @@ pub fn entry_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<EntryKind> {
 /// Opens `dir/name` for reading if (and only if) it is a regular file: no
 /// symlink followed, no blocking on a FIFO (`O_NONBLOCK`, then `fstat`).
 pub fn open_regular_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
+    open_regular_at_sized(dir, name).map(|(f, _)| f)
+}
+
+/// [`open_regular_at`], also returning the file's size as its check saw it.
+pub fn open_regular_at_sized(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(File, u64)> {
     let fd = rustix::fs::openat(
         dir,
         name,
@@ -799,5 +884,5 @@ pub fn open_regular_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
             String::from_utf8_lossy(name.as_bytes())
         )));
     }
-    Ok(File::from(fd))
+    Ok((File::from(fd), st.st_size as u64))
 }

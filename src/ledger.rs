@@ -437,6 +437,7 @@ impl Ledger {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io_err("open the lock file", e))?;
+        fs_util::fix_private_mode(lock_fd.as_fd()).map_err(|e| io_err("chmod the lock file", e))?;
         let lock = File::from(lock_fd);
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
@@ -925,6 +926,7 @@ fn write_head(rt: std::os::fd::BorrowedFd<'_>, tail: &Tail) {
         OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     ) {
+        let _ = fs_util::fix_private_mode(fd.as_fd());
         let _ = rustix::io::pwrite(&fd, &body, 0);
     }
 }

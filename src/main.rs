@@ -4,5 +4,7 @@
 mod cli;
 
 fn main() {
+    // Still one thread: the only moment the umask can be read safely.
+    ckpt::fs_util::learn_umask();
     std::process::exit(cli::main());
 }

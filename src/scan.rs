@@ -310,6 +310,10 @@ fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
     let written = std::io::Write::write_all(&mut f, &bytes).and_then(|()| {
         if crate::test_no_fsync() {
             Ok(())
+        } else if fs_util::batch_will_sync() {
+            // A batch that stored content will `syncfs` before its records:
+            // that flushes this file too, without a device flush of its own.
+            Ok(())
         } else {
             f.sync_data()
         }
@@ -331,8 +335,8 @@ fn store(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<ContentHash>
             _ => Ok(None),
         }
     } else {
-        match ws.files().open_read(rel) {
-            Ok(mut f) => Ok(Some(ws.blobs().put_file(&mut f)?.0)),
+        match ws.files().open_read_sized(rel) {
+            Ok((mut f, size)) => Ok(Some(ws.blobs().put_file_sized(&mut f, size)?.0)),
             // Gone or replaced since the walk: the next scan sees it again.
             Err(_) => Ok(None),
         }

@@ -56,6 +56,7 @@ fn append(
     ) else {
         return;
     };
+    let _ = crate::fs_util::fix_private_mode(std::os::fd::AsFd::as_fd(&fd));
     if rustix::fs::fstat(&fd)
         .map(|st| st.st_size as u64 > MAX_TRACE_BYTES)
         .unwrap_or(true)

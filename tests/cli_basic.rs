@@ -169,10 +169,23 @@ fn verify_reports_ok_with_counts() {
 
 #[test]
 fn modes_are_private_whatever_the_umask() {
-    for umask in ["000", "077", "022"] {
+    // 277 and 177 take bits away from 0600 itself: ckpt must set them back
+    // (it skips its `fchmod` only when the umask it read removes none).
+    for umask in ["000", "077", "022", "277", "177"] {
         let env = TestEnv::new();
+        std::fs::write(env.ws.join("a.txt"), "one\n").unwrap();
+        let hook = |event: &str| {
+            format!(
+                "printf '%s' '{{\"session_id\":\"s\",\"hook_event_name\":\"{event}\",\"tool_name\":\"Bash\",\"tool_input\":{{\"command\":\"x\"}},\"tool_use_id\":\"t1\"}}' | \"$0\" hook {}",
+                if event == "PreToolUse" { "pre" } else { "post" }
+            )
+        };
+        // A shell call that changes a file and creates one: blobs, a patch,
+        // snapshots and state files are all created under this umask.
         let script = format!(
-            "umask {umask} && \"$0\" init && \"$0\" checkpoint -m a >/dev/null && \"$0\" checkpoint -m b >/dev/null"
+            "umask {umask} && \"$0\" init && \"$0\" checkpoint -m a >/dev/null && \"$0\" checkpoint -m b >/dev/null && {} && echo two >> a.txt && echo new > b.txt && {}",
+            hook("PreToolUse"),
+            hook("PostToolUse")
         );
         let mut c = env.command(&[]);
         c.env_remove("NO_COLOR");
@@ -181,6 +194,7 @@ fn modes_are_private_whatever_the_umask() {
             .arg(&script)
             .arg(crate::common::bin())
             .env("CKPT_WORKSPACE", &env.ws)
+            .current_dir(&env.ws)
             .output()
             .unwrap();
         assert!(
@@ -188,6 +202,10 @@ fn modes_are_private_whatever_the_umask() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let patches = std::fs::read_dir(env.rt().join("artifacts/patches"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(patches, 2, "umask {umask}: the shell call's two patches");
         let rt_mode = std::fs::metadata(env.rt())
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
             .unwrap();
