@@ -886,3 +886,58 @@ pub fn open_regular_at_sized(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(F
     }
     Ok((File::from(fd), st.st_size as u64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_read_by_its_seen_size_is_read_whole_even_if_it_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, b"0123456789").unwrap();
+        // Seen at 4 bytes, 10 there now: all 10 come back.
+        let mut f = File::open(&p).unwrap();
+        assert_eq!(read_to_end_sized(&mut f, 4).unwrap(), b"0123456789");
+        // Seen bigger than it is now: what is there.
+        let mut f = File::open(&p).unwrap();
+        assert_eq!(read_to_end_sized(&mut f, 1 << 20).unwrap(), b"0123456789");
+        let mut f = File::open(&p).unwrap();
+        assert_eq!(read_to_end_sized(&mut f, 0).unwrap(), b"0123456789");
+    }
+
+    /// The one-`openat2` fast path of `open_read` refuses what the
+    /// step-by-step path refuses, with the same errors.
+    #[test]
+    fn open_read_refuses_symlinks_and_special_files_as_before() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir(r.join("d")).unwrap();
+        std::fs::write(r.join("d/f"), b"xyz").unwrap();
+        std::os::unix::fs::symlink("f", r.join("d/link")).unwrap();
+        std::os::unix::fs::symlink("d", r.join("dlink")).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(r.join("d/fifo"))
+            .status()
+            .is_ok_and(|s| s.success());
+        let c = Confined::open(r).unwrap();
+        let rel = |s: &str| RelPath::from_ledger(s.as_bytes()).unwrap();
+        let (_, n) = c.open_read_sized(&rel("d/f")).unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(c.read(&rel("d/f")).unwrap(), b"xyz");
+        let e = c.open_read(&rel("d/link")).unwrap_err().to_string();
+        assert!(e.contains("E_NOT_REGULAR") && e.contains("symlink"), "{e}");
+        // A symlinked directory on the way: refused (the step-by-step path
+        // opens it with O_NOFOLLOW | O_DIRECTORY: ENOTDIR).
+        let e = c.open_read(&rel("dlink/f")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(Errno::NOTDIR.raw_os_error()), "{e}");
+        if fifo {
+            let e = c.open_read(&rel("d/fifo")).unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        assert_eq!(
+            c.open_read(&rel("d/none")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+}
