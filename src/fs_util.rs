@@ -440,7 +440,9 @@ pub fn lock_exclusive(dir: BorrowedFd<'_>, name: &str, shown: &str) -> Result<Fi
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| FsError::new("open", shown, e.into()))?;
-    fix_private_mode(fd.as_fd()).map_err(|e| FsError::new("open", shown, e))?;
+    // Best effort: a lock works whatever its mode (a file we do not own,
+    // which only root could chmod, is still lockable).
+    let _ = fix_private_mode(fd.as_fd());
     let f = File::from(fd);
     f.lock().map_err(|e| FsError::new("lock", shown, e))?;
     Ok(f)

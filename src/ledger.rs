@@ -437,7 +437,8 @@ impl Ledger {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io_err("open the lock file", e))?;
-        fs_util::fix_private_mode(lock_fd.as_fd()).map_err(|e| io_err("chmod the lock file", e))?;
+        // Best effort, as for every lock file: the lock works whatever its mode.
+        let _ = fs_util::fix_private_mode(lock_fd.as_fd());
         let lock = File::from(lock_fd);
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
