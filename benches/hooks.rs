@@ -55,17 +55,6 @@ fn ready(spec: &workload::Spec, base: &Path) -> (workload::Generated, PathBuf, P
     (g, ws, rt)
 }
 
-/// Empties a grave an interrupted run left behind, then waits out the
-/// minute in which ext4 (no journal) makes new files slower to create next
-/// to the freed ones (see `workload::bury`).
-fn leftover_grave(base: &Path) {
-    if workload::empty_grave(base).unwrap_or(0) > 0 {
-        eprintln!("emptied the grave of an interrupted run; waiting 65 s before measuring");
-        settle();
-        std::thread::sleep(std::time::Duration::from_secs(65));
-    }
-}
-
 fn ckpt() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
@@ -125,7 +114,7 @@ fn main() {
     }
     let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-workspaces");
     std::fs::create_dir_all(&base).unwrap();
-    leftover_grave(&base);
+    workload::wait_after_grave(&base);
     let n_edit = if quick { 5 } else { 40 };
     let n_shell = if quick { 3 } else { 10 };
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();

@@ -382,12 +382,8 @@ fn main() {
     }
     let base = workload::bench_dir(env!("CARGO_MANIFEST_DIR"));
     fs::create_dir_all(&base).unwrap();
-    if workload::empty_grave(&base).unwrap_or(0) > 0 {
-        // See `workload::bury`: freed inodes slow creation for about a minute.
-        eprintln!("emptied the grave of an interrupted run; waiting 65 s before measuring");
-        sync();
-        std::thread::sleep(Duration::from_secs(65));
-    }
+    // See `workload::bury`: freed inodes slow creation for about a minute.
+    workload::wait_after_grave(&base);
     let n = if quick {
         Counts {
             one: 3,

@@ -805,7 +805,8 @@ pub fn bury(base: &Path, path: &Path) -> io::Result<()> {
 }
 
 /// Deletes everything [`bury`] put in `base`'s grave; returns how many
-/// entries there were (a run that was interrupted leaves some).
+/// entries there were (a run that was interrupted leaves some). Notes when
+/// it did, for [`wait_after_grave`].
 pub fn empty_grave(base: &Path) -> io::Result<usize> {
     let grave = grave(base);
     let Ok(rd) = fs::read_dir(&grave) else {
@@ -813,7 +814,42 @@ pub fn empty_grave(base: &Path) -> io::Result<usize> {
     };
     let n = rd.count();
     fs::remove_dir_all(&grave)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    fs::write(base.join("grave-emptied-at"), now.to_string())?;
     Ok(n)
+}
+
+/// How long after a grave is emptied new files are still slow to create
+/// next to the freed inodes (see [`bury`]), with a margin.
+pub const AFTER_DELETION: Duration = Duration::from_secs(65);
+
+/// Empties a grave an interrupted run left, then waits until
+/// [`AFTER_DELETION`] has passed since the last grave was emptied (this
+/// run's, or the previous bench's when two run back to back).
+pub fn wait_after_grave(base: &Path) {
+    if empty_grave(base).unwrap_or(0) > 0 {
+        eprintln!("emptied the grave of an interrupted run");
+    }
+    let Some(at) = fs::read_to_string(base.join("grave-emptied-at"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+    else {
+        return;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let left = (at + AFTER_DELETION.as_secs()).saturating_sub(now);
+    if left > 0 {
+        eprintln!(
+            "waiting {left} s: files were deleted {} s ago",
+            now.saturating_sub(at)
+        );
+        let _ = Command::new("sync").status();
+        std::thread::sleep(Duration::from_secs(left));
+    }
 }
 
 /// Puts the workspace back to its commit with its own repo: `reset --hard`, `clean -fd`
