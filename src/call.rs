@@ -83,11 +83,11 @@ pub fn snapshot(ws: &Workspace, rel: &RelPath) -> Result<FileState, WorkspaceErr
     {
         EntryKind::Absent => Ok(FileState::Absent),
         EntryKind::File { mode, .. } => {
-            let mut f = ws
+            let (mut f, size) = ws
                 .files()
-                .open_read(rel)
+                .open_read_sized(rel)
                 .map_err(|e| fs_err("read", rel, e))?;
-            let (hash, _) = ws.blobs().put_file(&mut f)?;
+            let (hash, _) = ws.blobs().put_file_sized(&mut f, size)?;
             Ok(FileState::File {
                 hash,
                 mode: mode & 0o777,

@@ -555,11 +555,16 @@ pub fn create_excl(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<F
     // The umask can only remove bits: when it is known and removes none of
     // `mode`'s, the file already has exactly `mode` (one system call less per
     // file; hundreds when a shell call changed hundreds of files).
-    let umask = UMASK.load(Ordering::Relaxed);
-    if umask > 0o777 || umask & mode != 0 {
+    if umask_may_clear(mode) {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
     }
     Ok(File::from(fd))
+}
+
+/// Whether the umask is unknown or removes some of `mode`'s bits.
+fn umask_may_clear(mode: u32) -> bool {
+    let umask = UMASK.load(Ordering::Relaxed);
+    umask > 0o777 || umask & mode != 0
 }
 
 /// The process's umask, once [`learn_umask`] has read it (above `0o777`:
@@ -571,8 +576,7 @@ static UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u
 /// read or write, such as 0277): without it the next open for writing fails.
 /// Nothing to do, and no system call, under the usual umasks.
 pub fn fix_private_mode(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let umask = UMASK.load(Ordering::Relaxed);
-    if umask > 0o777 || umask & 0o600 != 0 {
+    if umask_may_clear(0o600) {
         rustix::fs::fchmod(fd, Mode::from_raw_mode(0o600))?;
     }
     Ok(())

@@ -542,14 +542,9 @@ fn same_content(ws: &Workspace, (key, e): &(Vec<u8>, Entry)) -> bool {
             _ => return false,
         }
     } else {
-        let mut v = Vec::new();
-        match ws
-            .files()
-            .open_read(&rel)
-            .map(|mut f| f.read_to_end(&mut v))
-        {
-            Ok(Ok(_)) => v,
-            _ => return false,
+        match ws.files().read(&rel) {
+            Ok(v) => v,
+            Err(_) => return false,
         }
     };
     match (e.hash, e.git_oid) {
