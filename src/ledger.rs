@@ -616,11 +616,13 @@ fn parse_batch<'a>(
     spans: &[(usize, usize, bool)],
     with_body: bool,
 ) -> Vec<Parsed<'a>> {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(4);
-    if threads < 2 || spans.len() < 4096 {
+    // Small batches do not ask for the CPU count: that reads cgroup files.
+    let threads = if spans.len() < 4096 {
+        1
+    } else {
+        crate::par::cpus().min(4)
+    };
+    if threads < 2 {
         return spans
             .iter()
             .map(|&(s, e, t)| parse_one(&buf[s..e], t, with_body))

@@ -256,9 +256,14 @@ const NEEDLES: &[&str] = &[
     "access_key",
 ];
 
+/// A non-contiguous NFA: built in ~60 µs here against ~200 µs for the DFA the
+/// builder picks by default, and every process that appends a record builds
+/// it once; the texts it scans are records and messages, where the DFA's
+/// faster search (~1 µs against ~3 µs per 600 bytes) never wins that back.
 static PREFILTER: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
     aho_corasick::AhoCorasick::builder()
         .ascii_case_insensitive(true)
+        .kind(Some(aho_corasick::AhoCorasickKind::NoncontiguousNFA))
         .build(NEEDLES)
         .expect("literal needles always build")
 });
