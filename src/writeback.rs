@@ -364,10 +364,11 @@ fn commit_inner(
     // A regular file replaced or removed keeps a name in the trash, so its
     // blocks are freed after the action, not inside this rename (see trash).
     let regular = now.state.hash.is_some() && !now.state.is_symlink();
+    let size = now.stat.map_or(0, |k| k.size as u64);
     match &p.tmp {
         None if regular => {
             trash
-                .remove(dir.as_fd(), name)
+                .remove(dir.as_fd(), name, size)
                 .map_err(|e| io_err("remove", rel, io::Error::from(e)))?;
         }
         None => {
@@ -387,7 +388,7 @@ fn commit_inner(
         }
         Some(tmp) => {
             if regular {
-                trash.keep(dir.as_fd(), name);
+                trash.keep(dir.as_fd(), name, size);
             }
             rustix::fs::renameat(dir, tmp.as_str(), dir, name)
                 .map_err(|e| io_err("rename into place", rel, e))?;

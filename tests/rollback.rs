@@ -1394,38 +1394,89 @@ fn a_crash_at_any_rollback_step_is_finished_by_the_next_command() {
     }
 }
 
-#[test]
-fn replaced_files_are_freed_after_the_rollback_by_the_reaper() {
-    // A rollback links what it replaces into tmp/trash/ (so the rename frees
-    // nothing) and a detached `ckpt reap-trash` empties it afterwards.
-    let env = TestEnv::init();
-    let ck1 = crash_scenario(&env);
-    // The reaper (which inherits the environment) waits a moment first, so
-    // what the rollback put in the trash can be seen there.
-    let r = env.ckpt_env(
-        &["rollback", "--to", &ck1],
-        &[FAST, ("CKPT_FAILPOINTS", "trash.before_reap=sleep(1500)")],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let trash = env.rt().join("tmp/trash");
-    assert!(
-        std::fs::read_dir(&trash).unwrap().count() > 0,
-        "the rollback put what it replaced in the trash"
-    );
+fn trash_entries(env: &TestEnv) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(env.rt().join("tmp/trash"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Waits (up to 10 s) for the detached reaper to empty the trash.
+fn wait_for_empty_trash(env: &TestEnv) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::fs::read_dir(&trash).unwrap().count() > 0 {
+    while !trash_entries(env).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
             "the trash was never emptied: {:?}",
-            std::fs::read_dir(&trash).unwrap().collect::<Vec<_>>()
+            trash_entries(env)
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    // What the trash held is not needed: every byte the rollback replaced
-    // is in the store, and the verify of the whole runtime passes.
+}
+
+#[test]
+fn a_small_trash_waits_for_a_later_rollback_and_a_large_one_is_reaped() {
+    // A rollback links what it replaces into tmp/trash/ (so the rename frees
+    // nothing). A trash of at most 64 entries and 1 MiB is left for later
+    // (starting the reaper would cost more than the rollback's margin);
+    // beyond that a detached `ckpt reap-trash` empties all of it.
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let r = env.ckpt_env(&["rollback", "--to", &ck1], &[FAST]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let small = trash_entries(&env);
+    assert!(
+        !small.is_empty(),
+        "the rollback put what it replaced in the trash"
+    );
+    assert!(
+        small.iter().all(|n| n.starts_with("ts")),
+        "each entry's name tells its size: {small:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        trash_entries(&env),
+        small,
+        "no reaper ran for a small trash"
+    );
+    // Every byte the trash holds is in the store: verify passes with it.
+    let r = ck(&env, &["verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+
+    // A rollback replacing 2 MiB the agent wrote makes the trash too
+    // large: the reaper (which inherits the environment and waits a moment
+    // first, so the entries can be seen) empties all of it, the earlier
+    // entries too.
+    env.write("big.txt", b"small\n");
+    let ck2 = checkpoint(&env);
+    write_call(&env, "s2", "c9", "big.txt", &"b".repeat(2 << 20));
+    let r = env.ckpt_env(
+        &["rollback", "--to", &ck2],
+        &[FAST, ("CKPT_FAILPOINTS", "trash.before_reap=sleep(1500)")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(read(&env, "big.txt"), b"small\n");
+    let now = trash_entries(&env);
+    assert!(
+        now.len() > small.len() && small.iter().all(|n| now.contains(n)),
+        "the big rollback added to the trash: {now:?}"
+    );
+    wait_for_empty_trash(&env);
     let r = ck(&env, &["verify"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(temps_left(&env).is_empty());
+}
+
+#[test]
+fn an_unsized_trash_entry_left_by_an_older_ckpt_gets_the_trash_reaped() {
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    std::fs::write(env.rt().join("tmp/trash/t-123-old"), b"old").unwrap();
+    let r = env.ckpt_env(&["rollback", "--to", &ck1], &[FAST]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    wait_for_empty_trash(&env);
 }
 
 #[test]
