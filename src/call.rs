@@ -266,7 +266,7 @@ pub fn write_patch_artifact(
         }
     };
     let name = format!("{id}.diff");
-    crate::fs_util::write_atomic(dir.as_fd(), name.as_ref(), diff, 0o600, true).map_err(err)?;
+    crate::fs_util::write_new(dir.as_fd(), name.as_ref(), diff, 0o600).map_err(err)?;
     crate::fs_util::note_deferred();
     Ok(format!("artifacts/patches/{name}"))
 }
