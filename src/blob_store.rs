@@ -62,9 +62,16 @@ fn rel_name(h: &ContentHash) -> (String, String) {
 }
 
 /// Permission bits of a blob published before its data sync is done (inside an
-/// [`fs_util::SyncSet`]); it becomes 0600 when the sync is. Another hook that
-/// finds such a blob syncs it itself before naming it in a record.
+/// [`fs_util::SyncSet`], or a batch that ends in one `syncfs`); it becomes
+/// 0600 when the sync (and its directory's) is. Another hook that finds such
+/// a blob syncs it itself before naming it in a record.
 const IN_FLIGHT_MODE: u32 = 0o400;
+
+/// True inside a batch that defers every sync to one `syncfs` at its end
+/// (not the tests' `CKPT_TEST_FSYNC=0`, which syncs nothing at all).
+fn batch_defers() -> bool {
+    crate::durability_off() && !crate::test_no_fsync()
+}
 
 /// The blob store of one workspace.
 #[derive(Debug, Clone)]
@@ -75,6 +82,9 @@ pub struct BlobStore {
     /// The fan-out directories opened so far, by their first byte: a call
     /// that stores hundreds of blobs opens each at most once.
     fans: Arc<[OnceLock<OwnedFd>; 256]>,
+    /// Blobs published in flight inside a batch, to be marked durable by
+    /// [`settle_batch`](Self::settle_batch) after its `syncfs`.
+    batch: Arc<std::sync::Mutex<Vec<ContentHash>>>,
 }
 
 impl BlobStore {
@@ -85,6 +95,39 @@ impl BlobStore {
             blobs: Arc::default(),
             tmp: Arc::default(),
             fans: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+            batch: Arc::default(),
+        }
+    }
+
+    /// Notes a blob that stays in flight until the batch's `syncfs` (which
+    /// then runs even if the batch wrote nothing else).
+    fn note_batch(&self, h: &ContentHash) {
+        fs_util::note_deferred();
+        if let Ok(mut v) = self.batch.lock() {
+            v.push(*h);
+        }
+    }
+
+    /// After a batch's `syncfs` succeeded: the blobs it published (or found
+    /// in flight) are durable, directory entries included, so they get 0600
+    /// (best effort: one left in flight is only synced again by whoever
+    /// names it next). Not called when the `syncfs` failed.
+    pub(crate) fn settle_batch(&self) {
+        let list = match self.batch.lock() {
+            Ok(mut v) => std::mem::take(&mut *v),
+            Err(_) => return,
+        };
+        let mode = rustix::fs::Mode::from_raw_mode(0o600);
+        for h in list {
+            let (fan, rest) = rel_name(&h);
+            let Ok(fanfd) = self.fan_dir(&fan) else {
+                continue;
+            };
+            if rustix::fs::chmodat(fanfd, rest.as_str(), mode, AtFlags::SYMLINK_NOFOLLOW).is_err()
+                && let Ok(f) = self.open(&h)
+            {
+                let _ = rustix::fs::fchmod(&f, mode);
+            }
         }
     }
 
@@ -174,6 +217,12 @@ impl BlobStore {
         if perm != IN_FLIGHT_MODE {
             return Ok(());
         }
+        if batch_defers() {
+            // The batch's `syncfs` makes it durable before any record of
+            // ours names it; marking it now would tell others so too early.
+            self.note_batch(h);
+            return Ok(());
+        }
         let (fan, _) = rel_name(h);
         let f = self.open(h)?;
         if !fs_util::sync_data_then_mode(&f, 0o600)
@@ -188,7 +237,7 @@ impl BlobStore {
     /// Creates a temp file for a new blob: [`IN_FLIGHT_MODE`] when its sync will
     /// be queued (it is published first), else 0600.
     fn create_tmp(&self, name: &str) -> Result<(File, bool), BlobError> {
-        let pending = fs_util::collecting() && !crate::durability_off();
+        let pending = (fs_util::collecting() && !crate::durability_off()) || batch_defers();
         let mode = if pending { IN_FLIGHT_MODE } else { 0o600 };
         let f = fs_util::create_excl(self.tmp_dir()?.as_fd(), OsStr::new(name), mode)
             .map_err(|e| Self::err("create", "tmp", e))?;
@@ -197,6 +246,10 @@ impl BlobStore {
 
     /// Syncs a new blob's data (or queues the sync, which then sets 0600).
     fn sync_new(f: &File, pending: bool) -> io::Result<()> {
+        if batch_defers() {
+            // In flight until the batch's end (`settle_batch`).
+            return Ok(());
+        }
         if !fs_util::sync_data_then_mode(f, 0o600)? && pending {
             rustix::fs::fchmod(f, rustix::fs::Mode::from_raw_mode(0o600))?;
         }
@@ -317,6 +370,9 @@ impl BlobStore {
             }
         }
         fs_util::note_deferred();
+        if batch_defers() {
+            self.note_batch(h);
+        }
         // The new name is durable only once its directory is synced.
         fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
         failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;

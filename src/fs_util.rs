@@ -214,12 +214,7 @@ fn syncfs_each_device(list: &[Queued]) -> io::Result<()> {
             done.push(dev);
         }
     }
-    for q in list {
-        if let SyncKind::DataThenMode(mode) = q.kind {
-            let _ = rustix::fs::fchmod(&q.fd, Mode::from_raw_mode(mode));
-        }
-    }
-    Ok(())
+    set_modes(list)
 }
 
 /// Syncs taken out of this thread's queue by [`take_queued`], to be run
@@ -269,19 +264,14 @@ fn run_syncs(list: &[Queued]) -> io::Result<()> {
     }
     let one = |q: &Queued| -> io::Result<()> {
         match q.kind {
-            SyncKind::Data => rustix::fs::fdatasync(&q.fd)?,
-            SyncKind::DataThenMode(mode) => {
-                rustix::fs::fdatasync(&q.fd)?;
-                // Best effort: a file left as it was is only synced again by
-                // whoever finds it.
-                let _ = rustix::fs::fchmod(&q.fd, Mode::from_raw_mode(mode));
-            }
+            SyncKind::Data | SyncKind::DataThenMode(_) => rustix::fs::fdatasync(&q.fd)?,
             SyncKind::Dir => rustix::fs::fsync(&q.fd)?,
         }
         Ok(())
     };
     if list.len() <= 1 {
-        return list.iter().try_for_each(one);
+        list.iter().try_for_each(one)?;
+        return set_modes(list);
     }
     let next = AtomicU64::new(0);
     let work = || -> io::Result<()> {
@@ -317,7 +307,24 @@ fn run_syncs(list: &[Queued]) -> io::Result<()> {
             }
         }
         result
-    })
+    })?;
+    set_modes(list)
+}
+
+/// Gives each [`SyncKind::DataThenMode`] entry its final permission bits,
+/// once every sync of the set is done: a blob's bits say "durable, name
+/// it freely" to other processes, and that includes its directory entry,
+/// whose fan-out directory's `fsync` is in the same set (it may finish after
+/// the blob's own `fdatasync`). Best effort: a blob left in flight is only
+/// synced again by whoever finds it.
+fn set_modes(list: &[Queued]) -> io::Result<()> {
+    failpoint::hit("syncs.before_modes")?;
+    for q in list {
+        if let SyncKind::DataThenMode(mode) = q.kind {
+            let _ = rustix::fs::fchmod(&q.fd, Mode::from_raw_mode(mode));
+        }
+    }
+    Ok(())
 }
 
 /// Collects the syncs of blobs, patches and other content written while it is

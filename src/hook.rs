@@ -926,17 +926,25 @@ impl<'w> BatchDurability<'w> {
 
     pub(crate) fn finish(mut self) -> Result<(), WorkspaceError> {
         self.done = true;
-        crate::set_deferred(self.was_off);
-        fs_util::sync_all_under(self.ws.runtime_dir().as_fd())
+        self.end()
             .map_err(|e| FsError::new("sync", ".agent-runtime", e).into())
+    }
+
+    /// Per-file syncing again, one `syncfs` for what the batch wrote, then
+    /// the blobs it left in flight marked durable.
+    fn end(&self) -> std::io::Result<()> {
+        crate::set_deferred(self.was_off);
+        crate::failpoint::hit("batch.before_syncfs")?;
+        fs_util::sync_all_under(self.ws.runtime_dir().as_fd())?;
+        self.ws.blobs().settle_batch();
+        Ok(())
     }
 }
 
 impl Drop for BatchDurability<'_> {
     fn drop(&mut self) {
         if !self.done {
-            crate::set_deferred(self.was_off);
-            let _ = fs_util::sync_all_under(self.ws.runtime_dir().as_fd());
+            let _ = self.end();
         }
     }
 }

@@ -527,14 +527,29 @@ fn refused_targets_block_in_block_mode_and_warn_in_warn_mode() {
 /// The agent's Write call creating `src/new.rs`, through both hooks; returns
 /// what it wrote.
 fn agent_writes_new_rs(env: &TestEnv) -> String {
-    let pre = fixture(env, "claude/write_create.pre.json");
-    let ev = capture::parse(&pre, Phase::Pre, None).unwrap();
+    let content = agent_writes_new_rs_before_post(env);
+    hook_ok(env, "post", &fixture(env, "claude/write_create.post.json"));
+    content
+}
+
+/// The Write fixture's content (`phase`'s payload holds it).
+fn write_create_content(env: &TestEnv, phase: Phase) -> String {
+    let name = match phase {
+        Phase::Pre => "claude/write_create.pre.json",
+        _ => "claude/write_create.post.json",
+    };
+    let ev = capture::parse(&fixture(env, name), phase, None).unwrap();
     let Some(Expected::Content(content)) = ev.targets[0].expected.clone() else {
         panic!()
     };
-    hook_ok(env, "pre", &pre);
+    content
+}
+
+/// [`agent_writes_new_rs`] up to the post hook (the file is written).
+fn agent_writes_new_rs_before_post(env: &TestEnv) -> String {
+    let content = write_create_content(env, Phase::Pre);
+    hook_ok(env, "pre", &fixture(env, "claude/write_create.pre.json"));
     env.write("src/new.rs", content.as_bytes());
-    hook_ok(env, "post", &fixture(env, "claude/write_create.post.json"));
     content
 }
 
@@ -640,10 +655,7 @@ fn prompts_and_session_starts_make_labelled_checkpoints() {
 fn a_post_without_a_pre_is_recorded_with_a_warning() {
     let env = TestEnv::init();
     let post = fixture(&env, "claude/write_create.post.json");
-    let ev = capture::parse(&post, Phase::Post, None).unwrap();
-    let Some(Expected::Content(content)) = ev.targets[0].expected.clone() else {
-        panic!()
-    };
+    let content = write_create_content(&env, Phase::Post);
     env.write("src/new.rs", content.as_bytes());
     let r = hook(&env, "post", &post, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -947,4 +959,95 @@ fn hook_arguments_parse_as_clap_would() {
             .stdout
             .contains("post-failure")
     );
+}
+
+/// Permission bits of the blob holding `bytes` (`None` while it is not there).
+fn blob_mode(env: &TestEnv, bytes: &[u8]) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let hex = ContentHash::of(bytes).hex();
+    let p = env
+        .rt()
+        .join("artifacts/blobs")
+        .join(&hex[..2])
+        .join(&hex[2..]);
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
+}
+
+/// A blob's 0600 tells other processes "durable: name it in a record"; one
+/// still 0400 gets synced by whoever names it. A shell call's post stores its
+/// contents unsynced and makes them durable with one `syncfs` at its end: its
+/// blobs must stay 0400 until then, or a concurrent hook storing the same
+/// bytes would name one that a power loss could still take away.
+#[test]
+fn a_shell_calls_blobs_are_marked_durable_only_after_its_syncfs() {
+    let env = TestEnv::new();
+    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
+    let bytes = b"bytes nobody stored before\n";
+    env.write("fresh.txt", bytes);
+    let mut child = env
+        .command(&["hook", "post"])
+        .env("CKPT_FAILPOINTS", "batch.before_syncfs=sleep(1500)")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fixture(&env, "claude/bash.post.json"))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while blob_mode(&env, bytes).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the blob never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The post is now waiting before its syncfs.
+    assert_eq!(
+        blob_mode(&env, bytes),
+        Some(0o400),
+        "in flight before the syncfs"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the post is still running"
+    );
+    assert!(child.wait().unwrap().success());
+    assert_eq!(blob_mode(&env, bytes), Some(0o600), "durable after it");
+}
+
+/// The same for an Edit/Write hook, whose blob and fan-out directory are
+/// synced together: the blob gets 0600 only once every sync of the set is
+/// done (its directory entry too), never between them.
+#[test]
+fn an_edit_hooks_blob_is_marked_durable_only_after_every_sync_of_its_set() {
+    let env = TestEnv::new();
+    let content = agent_writes_new_rs_before_post(&env);
+    let r = hook(
+        &env,
+        "post",
+        &fixture(&env, "claude/write_create.post.json"),
+        &[("CKPT_FAILPOINTS", "syncs.before_modes=error")],
+    );
+    assert_ne!(r.code, 0, "the injected failure is reported: {}", r.stderr);
+    assert_eq!(
+        blob_mode(&env, content.as_bytes()),
+        Some(0o400),
+        "left in flight when the set did not finish"
+    );
+    // The next hook naming the same bytes syncs and settles it.
+    let r = hook(
+        &env,
+        "post",
+        &fixture(&env, "claude/write_create.post.json"),
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(blob_mode(&env, content.as_bytes()), Some(0o600));
 }
