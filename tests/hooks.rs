@@ -988,7 +988,7 @@ fn a_shell_calls_blobs_are_marked_durable_only_after_its_syncfs() {
     env.write("fresh.txt", bytes);
     let mut child = env
         .command(&["hook", "post"])
-        .env("CKPT_FAILPOINTS", "batch.before_syncfs=sleep(1500)")
+        .env("CKPT_FAILPOINTS", "batch.before_syncfs=sleep(3000)")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
