@@ -600,15 +600,50 @@ fn a_torn_agent_file_registry_is_rebuilt_from_the_ledger() {
     // half written. A user edit made since must still be recorded.
     let env = TestEnv::new();
     let content = agent_writes_new_rs(&env);
-    let reg = env.rt().join("state/agent_files.json");
+    let reg = env.rt().join("state/agent_files.bin");
     let whole = std::fs::read(&reg).unwrap();
-    assert!(whole.len() > 10, "the registry holds the agent's file");
+    assert!(whole.len() > 48, "the registry holds the agent's file");
     std::fs::write(&reg, &whole[..whole.len() / 2]).unwrap();
     user_edits_new_rs_then_agent_calls(&env, &content);
-    // And the registry is whole again.
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&reg).unwrap()).expect("registry parses");
-    assert!(v.to_string().contains("src/new.rs"), "{v}");
+    // And the registry is whole again: rewritten, and read by the next call
+    // (a second user edit is recorded against the first one's bytes).
+    let again = std::fs::read(&reg).unwrap();
+    assert!(again.starts_with(b"CKPTREG1") && again.len() > whole.len() / 2);
+    let mine = std::fs::read(env.ws.join("src/new.rs")).unwrap();
+    env.write("src/new.rs", b"mine again\n");
+    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
+    let ue: Vec<_> = records(&env)
+        .into_iter()
+        .filter(|r| r["kind"] == "user_edit")
+        .collect();
+    assert_eq!(ue.len(), 2, "{ue:#?}");
+    assert_eq!(ue[1]["before_hash"], sha(&mine));
+}
+
+#[test]
+fn a_json_registry_from_an_older_ckpt_is_read_once_and_replaced() {
+    let env = TestEnv::new();
+    let content = agent_writes_new_rs(&env);
+    let state = env.rt().join("state");
+    std::fs::remove_file(state.join("agent_files.bin")).unwrap();
+    // What ckpt wrote before session 7, for the agent's file.
+    let old = serde_json::json!([[
+        "src/new.rs",
+        {"hash": sha(content.as_bytes()), "mode": 420, "symlink": false, "size": 0,
+         "mtime_ns": 0, "ctime_ns": 0, "ino": 0, "call": "toolu_01"}
+    ]]);
+    std::fs::write(state.join("agent_files.json"), old.to_string()).unwrap();
+    // Read: the user's edit of the agent's file is recorded.
+    user_edits_new_rs_then_agent_calls(&env, &content);
+    assert!(
+        !state.join("agent_files.json").exists(),
+        "the old file is gone"
+    );
+    assert!(
+        std::fs::read(state.join("agent_files.bin"))
+            .unwrap()
+            .starts_with(b"CKPTREG1")
+    );
 }
 
 #[test]
