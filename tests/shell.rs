@@ -34,7 +34,13 @@ fn has_git() -> bool {
         .is_ok()
 }
 
-fn repo() -> TestEnv {
+/// A git repository with a few files to capture; `None` (the test is
+/// skipped, and says so) when git is not installed.
+fn repo() -> Option<TestEnv> {
+    if !has_git() {
+        eprintln!("SKIPPED: git is not installed");
+        return None;
+    }
     let env = TestEnv::new();
     env.write(".gitignore", b"build/\n*.log\n");
     env.write("src/a.txt", b"one\ntwo\nthree\n");
@@ -45,7 +51,7 @@ fn repo() -> TestEnv {
     git(&env, &["init", "-q"]);
     git(&env, &["add", "-A"]);
     git(&env, &["commit", "-qm", "init"]);
-    env
+    Some(env)
 }
 
 fn records(env: &TestEnv) -> Vec<serde_json::Value> {
@@ -88,11 +94,9 @@ fn blob_count(env: &TestEnv) -> usize {
 
 #[test]
 fn exec_records_every_kind_of_change_and_nothing_ignored() {
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     let script = "printf 'one\\nTWO\\nthree\\n' > src/a.txt; rm src/b.txt; mv c.txt d.txt; chmod +x src/a.txt; \
                   echo new > src/new.txt; mkdir -p build && echo obj > build/x.o; echo log > run.log; \
                   ln -sf d.txt link";
@@ -160,11 +164,9 @@ fn exec_records_every_kind_of_change_and_nothing_ignored() {
 
 #[test]
 fn first_use_copies_nothing_that_is_clean_against_git() {
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     for i in 0..50 {
         env.write(&format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
     }
@@ -365,11 +367,9 @@ fn a_change_seen_by_two_overlapping_shell_calls_names_both_and_is_recorded_once(
 #[test]
 fn a_call_that_changes_nothing_rewrites_no_snapshot() {
     use std::os::unix::fs::MetadataExt;
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     let snap = env.rt().join("index/snapshot.bin");
     // The inode and the bytes (a snapshot records when it was taken, so a
     // rewrite always changes them; an inode number alone can be reused).
@@ -510,11 +510,9 @@ fn a_call_changing_many_files_records_each_exactly_once() {
 /// says so, and a rollback leaves it alone. The other changes are recorded.
 #[test]
 fn a_change_whose_before_content_is_lost_is_not_recorded_as_a_create() {
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     // Past the racy window, so the first snapshot trusts git's index.
     std::thread::sleep(std::time::Duration::from_millis(120));
     let r = env.ckpt(&["exec", "--", "true"]);
@@ -561,11 +559,9 @@ fn a_change_whose_before_content_is_lost_is_not_recorded_as_a_create() {
 /// rewritten in place, a rule file edited in place) must still be found.
 #[test]
 fn changes_under_directories_that_did_not_move_are_found() {
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     env.write("src/deep/er/c.txt", b"c\n");
     env.write("src/deep/d.txt", b"d\n");
     env.write("build/x.o", b"obj\n");
@@ -611,11 +607,9 @@ fn changes_under_directories_that_did_not_move_are_found() {
 /// stored instead: reading a large index costs more than storing them.)
 #[test]
 fn a_checkout_of_many_files_between_calls_copies_none_of_them() {
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     for i in 0..300 {
         env.write(
             &format!("many/f{i:03}.txt"),
@@ -649,11 +643,9 @@ fn a_checkout_of_many_files_between_calls_copies_none_of_them() {
 /// it stops ignoring are not creations, and undoing the call touches neither.
 #[test]
 fn files_hidden_or_shown_by_a_rule_change_are_not_the_calls_changes() {
-    if !has_git() {
-        eprintln!("SKIPPED: git is not installed");
+    let Some(env) = repo() else {
         return;
-    }
-    let env = repo();
+    };
     env.write("src/deep/d.txt", b"d\n");
     env.write("build/x.o", b"obj\n");
     let exec = |script: &str| exec_sh(&env, script);
