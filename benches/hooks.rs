@@ -142,33 +142,30 @@ fn main() {
         // The first Edit pre sets ckpt up.
         workload::bury(&base, &rt).unwrap();
         let files = g.pick_files(n_edit, 7);
+        // One Edit pair per file, ids `{tag}{i}`, edits from `seed`.
+        let edit_pairs = |tag: &str, seed: u64| -> Stats {
+            let mut v = Vec::new();
+            for (i, f) in files.iter().enumerate() {
+                let id = format!("{tag}{i}");
+                // The agent reads a file before it edits it (Claude Code
+                // refuses an Edit of a file not read first), so its bytes are
+                // in the page cache as in PERFORMANCE.md's warm-cache figures;
+                // a cold read from disk (~2 ms here) is not charged to the
+                // hook. Untimed.
+                let _ = std::fs::read(ws.join(f));
+                let pre = hook(&ws, "pre", &edit(&ws, "PreToolUse", &id, f));
+                workload::edit_file(&ws.join(f), seed + i as u64).unwrap();
+                let post = hook(&ws, "post", &edit(&ws, "PostToolUse", &id, f));
+                v.push(pre + post);
+            }
+            stats(&mut v)
+        };
         let before_bytes = dir_bytes(&rt);
-        let mut pair = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            let id = format!("edit{i}");
-            // The agent reads a file before it edits it (Claude Code refuses an
-            // Edit of a file not read first), so its bytes are in the page cache
-            // as in PERFORMANCE.md's warm-cache figures; a cold read from disk
-            // (~2 ms here) is not charged to the hook. Untimed.
-            let _ = std::fs::read(ws.join(f));
-            let pre = hook(&ws, "pre", &edit(&ws, "PreToolUse", &id, f));
-            workload::edit_file(&ws.join(f), i as u64).unwrap();
-            let post = hook(&ws, "post", &edit(&ws, "PostToolUse", &id, f));
-            pair.push(pre + post);
-        }
+        let pair = edit_pairs("edit", 0);
         let per_edit = (dir_bytes(&rt) - before_bytes) / files.len() as u64;
         // The same files edited again: the before content is already stored
         // (the agent's last after), as in a session that keeps editing.
-        let mut again = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            let id = format!("again{i}");
-            let _ = std::fs::read(ws.join(f));
-            let pre = hook(&ws, "pre", &edit(&ws, "PreToolUse", &id, f));
-            workload::edit_file(&ws.join(f), 500 + i as u64).unwrap();
-            let post = hook(&ws, "post", &edit(&ws, "PostToolUse", &id, f));
-            again.push(pre + post);
-        }
-        let again = stats(&mut again);
+        let again = edit_pairs("again", 500);
         // A longer session: one shell call rewrites 500 files, so the
         // registry of files the agent last wrote (which every hook checks)
         // holds 500 more; then the same Edit pairs again.
@@ -179,17 +176,7 @@ fn main() {
         hook(&ws, "post", &bash(&ws, "PostToolUse", id));
         let _ = std::process::Command::new("sync").status();
         std::thread::sleep(Duration::from_secs(1));
-        let mut later = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            let id = format!("later{i}");
-            let _ = std::fs::read(ws.join(f));
-            let pre = hook(&ws, "pre", &edit(&ws, "PreToolUse", &id, f));
-            workload::edit_file(&ws.join(f), 800 + i as u64).unwrap();
-            let post = hook(&ws, "post", &edit(&ws, "PostToolUse", &id, f));
-            later.push(pre + post);
-        }
-        let later = stats(&mut later);
-        let pair = stats(&mut pair);
+        let later = edit_pairs("later", 800);
         edit_median[col] = pair.median;
         push(
             "pre+post around a one-file Edit (goal ≤ 10 ms, W3÷W1 ≤ 1.3)",

@@ -375,8 +375,8 @@ fn rebuild_registry(ws: &Workspace) -> BTreeMap<RelPath, AgentFile> {
 }
 
 const REGISTRY: &str = "agent_files.bin";
-/// The registry as ckpt wrote it before session 7 (JSON, ~270 bytes and
-/// ~2 µs of parsing per file, on every hook).
+/// The registry as ckpt wrote it before session 7 (JSON, ~270 bytes per
+/// file; parsing it was most of the registry's cost per hook in a profile).
 const OLD_REGISTRY: &str = "agent_files.json";
 const REGISTRY_MAGIC: &[u8; 8] = b"CKPTREG1";
 
@@ -411,34 +411,14 @@ fn encode_registry(reg: &BTreeMap<RelPath, AgentFile>) -> Vec<u8> {
         out.extend_from_slice(&(af.call.len() as u32).to_le_bytes());
         out.extend_from_slice(af.call.as_bytes());
     }
-    let sum = ContentHash::of(&out);
-    out.extend_from_slice(sum.as_bytes());
+    crate::binfile::seal(&mut out);
     out
 }
 
 /// Parses the registry's file; `None` when it is damaged or torn.
 fn decode_registry(b: &[u8]) -> Option<BTreeMap<RelPath, AgentFile>> {
-    if b.len() < 8 + 8 + 32 || &b[..8] != REGISTRY_MAGIC {
-        return None;
-    }
-    let (body, sum) = b.split_at(b.len() - 32);
-    if ContentHash::of(body).as_bytes() != sum {
-        return None;
-    }
-    let mut r = &body[8..];
-    fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        (r.len() >= n).then(|| {
-            let (a, b) = r.split_at(n);
-            *r = b;
-            a
-        })
-    }
-    fn u32_(r: &mut &[u8]) -> Option<u32> {
-        Some(u32::from_le_bytes(take(r, 4)?.try_into().ok()?))
-    }
-    fn u64_(r: &mut &[u8]) -> Option<u64> {
-        Some(u64::from_le_bytes(take(r, 8)?.try_into().ok()?))
-    }
+    use crate::binfile::{take, u32_le as u32_, u64_le as u64_};
+    let mut r = crate::binfile::unseal(b, REGISTRY_MAGIC, 8)?;
     let n = u64_(&mut r)?;
     let mut reg = BTreeMap::new();
     for _ in 0..n {

@@ -41,6 +41,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod agent_settings;
+mod binfile;
 pub mod blob_store;
 pub mod call;
 pub mod capture;

@@ -193,38 +193,20 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
             out.extend_from_slice(o);
         }
     }
-    let sum = ContentHash::of(&out);
-    out.extend_from_slice(sum.as_bytes());
+    crate::binfile::seal(&mut out);
     out
 }
 
 /// Parses a snapshot; `None` when damaged (the caller rebuilds it).
 pub fn decode(b: &[u8]) -> Option<Snapshot> {
-    if b.len() < 8 + 8 + 8 + 32 || &b[..8] != MAGIC {
-        return None;
-    }
-    let (body, sum) = b.split_at(b.len() - 32);
-    if ContentHash::of(body).as_bytes() != sum {
-        return None;
-    }
-    let mut r = body;
-    fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        if r.len() < n {
-            return None;
-        }
-        let (a, b) = r.split_at(n);
-        *r = b;
-        Some(a)
-    }
-    let u64_ =
-        |r: &mut &[u8]| take(r, 8).map(|x| u64::from_le_bytes(x.try_into().unwrap_or([0; 8])));
-    take(&mut r, 8)?;
+    use crate::binfile::{take, u32_le, u64_le as u64_};
+    let mut r = crate::binfile::unseal(b, MAGIC, 16)?;
     let taken_ns = u64_(&mut r)? as i64;
     let global = u64_(&mut r)?;
     let n_dirs = u64_(&mut r)? as usize;
     let mut dirs = Vec::with_capacity(n_dirs.min(1_000_000));
     for _ in 0..n_dirs {
-        let len = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
+        let len = u32_le(&mut r)? as usize;
         let key = take(&mut r, len)?.to_vec();
         let ino = u64_(&mut r)?;
         let mtime_ns = u64_(&mut r)? as i64;
@@ -245,10 +227,10 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
     let n = u64_(&mut r)? as usize;
     let mut entries = Vec::with_capacity(n.min(10_000_000));
     for _ in 0..n {
-        let len = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
+        let len = u32_le(&mut r)? as usize;
         let key = take(&mut r, len)?.to_vec();
         let flags = take(&mut r, 1)?[0];
-        let mode = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?);
+        let mode = u32_le(&mut r)?;
         let size = u64_(&mut r)?;
         let mtime_ns = u64_(&mut r)? as i64;
         let ctime_ns = u64_(&mut r)? as i64;
