@@ -13,12 +13,12 @@
 //! Calls that name no file (shell, MCP, unknown tools) are recorded here with
 //! their lifecycle only; comparing the workspace around them is `scan`'s job.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent_files::{self, AgentFile, Registry};
 use crate::call::{self, FileState};
 use crate::capture::{self, Capture, HookEvent, OriginalFile, Outcome, Phase, TargetRole};
 use crate::config::Config;
@@ -124,37 +124,6 @@ struct CallState {
     scan: bool,
 }
 
-/// One file the agent last wrote, as it left it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct AgentFile {
-    hash: Option<ContentHash>,
-    mode: Option<u32>,
-    symlink: bool,
-    size: u64,
-    mtime_ns: i64,
-    ctime_ns: i64,
-    ino: u64,
-    call: String,
-}
-
-impl AgentFile {
-    /// What the registry keeps for `rel` now holding `state`, last written by `call`.
-    fn observed(ws: &Workspace, rel: &RelPath, state: &FileState, call: &str) -> AgentFile {
-        let (size, mtime_ns, ctime_ns, ino) = stat_of(ws, rel).unwrap_or_default();
-        let snap = Snap::from_state(state);
-        AgentFile {
-            hash: snap.hash,
-            mode: snap.mode,
-            symlink: snap.symlink,
-            size,
-            mtime_ns,
-            ctime_ns,
-            ino,
-            call: call.to_string(),
-        }
-    }
-}
-
 fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
     let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state")
         .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
@@ -202,47 +171,26 @@ impl StateLock {
     }
 }
 
-fn stat_of(ws: &Workspace, rel: &RelPath) -> Option<(u64, i64, i64, u64)> {
-    // One `fstatat` from the root (every hook checks every file the agent
-    // last wrote): the result is only compared with stat data recorded for
-    // the same path, and a path that leads elsewhere through a symlinked
-    // directory cannot match it (an inode and its nanosecond times belong to
-    // one file). Contents are always read through the confined resolution.
-    let st = rustix::fs::statat(
-        ws.files().root(),
-        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(rel.as_bytes()),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .ok()?;
-    Some((
-        st.st_size as u64,
-        st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
-        st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
-        st.st_ino,
-    ))
-}
-
 /// Finds files the agent last wrote whose content changed since: each becomes
 /// a `user_edit` draft (the new content is stored first).
 fn user_edit_drafts(
     ws: &Workspace,
-    registry: &mut BTreeMap<RelPath, AgentFile>,
+    registry: &mut Registry,
     session: Option<&str>,
 ) -> Result<Vec<Draft>, WorkspaceError> {
     let mut drafts = Vec::new();
+    let changed = registry.changed_on_disk(ws);
+    if changed.is_empty() {
+        return Ok(drafts);
+    }
     // A file another open call declared is being written by that call right
     // now: its change is that call's, not the user's.
     let busy = open_call_targets(ws);
-    for (rel, af) in registry.iter_mut() {
-        if busy.contains(rel) {
+    for (rel, af) in changed {
+        if busy.contains(&rel) {
             continue;
         }
-        let now = stat_of(ws, rel);
-        let same_stat = matches!(now, Some((size, m, c, ino)) if size == af.size && m == af.mtime_ns && c == af.ctime_ns && ino == af.ino);
-        if same_stat || (now.is_none() && af.hash.is_none()) {
-            continue;
-        }
-        let state = call::snapshot(ws, rel)?;
+        let state = call::snapshot(ws, &rel)?;
         let snap = Snap::from_state(&state);
         if snap.hash != af.hash || snap.symlink != af.symlink {
             drafts.push(Draft::in_session(
@@ -256,7 +204,8 @@ fn user_edit_drafts(
                 }),
             ));
         }
-        *af = AgentFile::observed(ws, rel, &state, &af.call);
+        let seen = AgentFile::observed(ws, &rel, &state, &af.call);
+        registry.insert(rel, seen);
     }
     Ok(drafts)
 }
@@ -269,11 +218,11 @@ pub(crate) fn flush_user_edits(
 ) -> Result<usize, WorkspaceError> {
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
-    let mut reg = load_registry(ws, &dir);
+    let mut reg = agent_files::load(ws, &dir);
     let d = user_edit_drafts(ws, &mut reg, session)?;
     if !d.is_empty() {
         ws.ledger().lock()?.append(&d)?;
-        save_registry(&dir, &reg)?;
+        agent_files::save(&dir, &reg)?;
     }
     Ok(d.len())
 }
@@ -290,163 +239,11 @@ pub(crate) fn note_written(
     }
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
-    let mut reg = load_registry(ws, &dir);
+    let mut reg = agent_files::load(ws, &dir);
     for (rel, state) in files {
         reg.insert(rel.clone(), AgentFile::observed(ws, rel, state, by));
     }
-    save_registry(&dir, &reg)
-}
-
-/// The registry of files the agent last wrote. Missing: empty (nothing
-/// written yet). Present but unreadable (a crash cut its in-place rewrite
-/// short): rebuilt from the ledger, each path's last `file_patch` or
-/// `user_edit`, with no stat figures, so the next hook compares contents.
-/// A JSON registry written by an older ckpt is read once and replaced.
-fn load_registry(ws: &Workspace, dir: &OwnedFd) -> BTreeMap<RelPath, AgentFile> {
-    if let Ok(mut f) = fs_util::open_regular_at(dir.as_fd(), REGISTRY.as_ref()) {
-        let mut v = Vec::new();
-        if f.read_to_end(&mut v).is_ok()
-            && let Some(reg) = decode_registry(&v)
-        {
-            return reg;
-        }
-        return rebuild_registry(ws);
-    }
-    let Ok(mut f) = fs_util::open_regular_at(dir.as_fd(), OLD_REGISTRY.as_ref()) else {
-        return BTreeMap::new();
-    };
-    let mut v = Vec::new();
-    let reg = match f
-        .read_to_end(&mut v)
-        .ok()
-        .and_then(|_| serde_json::from_slice::<Vec<(RelPath, AgentFile)>>(&v).ok())
-    {
-        Some(list) => list.into_iter().collect(),
-        None => rebuild_registry(ws),
-    };
-    // Every caller holds the state lock: replace the old file now.
-    if save_registry(dir, &reg).is_ok() {
-        let _ = rustix::fs::unlinkat(dir, OLD_REGISTRY, rustix::fs::AtFlags::empty());
-    }
-    reg
-}
-
-fn rebuild_registry(ws: &Workspace) -> BTreeMap<RelPath, AgentFile> {
-    let mut reg = BTreeMap::new();
-    let Ok(read) = ws.read_ledger() else {
-        return reg;
-    };
-    let entry =
-        |hash: Option<ContentHash>, mode: &Option<String>, perm: Option<u32>, call: &str| {
-            let symlink = mode.as_deref() == Some(crate::record::SYMLINK_MODE);
-            AgentFile {
-                hash,
-                mode: (!symlink && hash.is_some())
-                    .then(|| perm.unwrap_or(crate::record::perm_of_mode(mode.as_deref(), None))),
-                symlink,
-                size: 0,
-                mtime_ns: 0,
-                ctime_ns: 0,
-                ino: 0,
-                call: call.to_string(),
-            }
-        };
-    for r in &read.records {
-        match &r.body {
-            Body::FilePatch(p) => {
-                if let Some(from) = &p.from_path {
-                    reg.remove(from);
-                }
-                reg.insert(
-                    p.path.clone(),
-                    entry(p.after_hash, &p.after_mode, p.after_perm, &p.call),
-                );
-            }
-            Body::UserEdit(u) => {
-                if let Some(af) = reg.get_mut(&u.path) {
-                    let call = std::mem::take(&mut af.call);
-                    *af = entry(u.after_hash, &u.after_mode, None, &call);
-                }
-            }
-            _ => {}
-        }
-    }
-    reg
-}
-
-const REGISTRY: &str = "agent_files.bin";
-/// The registry as ckpt wrote it before session 7 (JSON, ~270 bytes per
-/// file; parsing it was most of the registry's cost per hook in a profile).
-const OLD_REGISTRY: &str = "agent_files.json";
-const REGISTRY_MAGIC: &[u8; 8] = b"CKPTREG1";
-
-fn save_registry(dir: &OwnedFd, reg: &BTreeMap<RelPath, AgentFile>) -> Result<(), WorkspaceError> {
-    // A cache of the ledger (see load_registry): rewritten in place, unsynced.
-    fs_util::overwrite_in_place(dir.as_fd(), REGISTRY, &encode_registry(reg))
-        .map_err(|e| FsError::new("write", format!(".agent-runtime/state/{REGISTRY}"), e).into())
-}
-
-/// The registry's file: magic, count, each entry (path, flags, hash, mode,
-/// stat figures, call), then the sha256 of all that, so a rewrite a crash cut
-/// short is told apart from a whole one.
-fn encode_registry(reg: &BTreeMap<RelPath, AgentFile>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(48 + reg.len() * 120);
-    out.extend_from_slice(REGISTRY_MAGIC);
-    out.extend_from_slice(&(reg.len() as u64).to_le_bytes());
-    for (rel, af) in reg {
-        out.extend_from_slice(&(rel.as_bytes().len() as u32).to_le_bytes());
-        out.extend_from_slice(rel.as_bytes());
-        out.push(
-            u8::from(af.symlink)
-                | (u8::from(af.hash.is_some()) << 1)
-                | (u8::from(af.mode.is_some()) << 2),
-        );
-        if let Some(h) = &af.hash {
-            out.extend_from_slice(h.as_bytes());
-        }
-        out.extend_from_slice(&af.mode.unwrap_or(0).to_le_bytes());
-        for n in [af.size, af.mtime_ns as u64, af.ctime_ns as u64, af.ino] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        out.extend_from_slice(&(af.call.len() as u32).to_le_bytes());
-        out.extend_from_slice(af.call.as_bytes());
-    }
-    crate::binfile::seal(&mut out);
-    out
-}
-
-/// Parses the registry's file; `None` when it is damaged or torn.
-fn decode_registry(b: &[u8]) -> Option<BTreeMap<RelPath, AgentFile>> {
-    use crate::binfile::{take, u32_le as u32_, u64_le as u64_};
-    let mut r = crate::binfile::unseal(b, REGISTRY_MAGIC, 8)?;
-    let n = u64_(&mut r)?;
-    let mut reg = BTreeMap::new();
-    for _ in 0..n {
-        let len = u32_(&mut r)? as usize;
-        let rel = RelPath::from_ledger(take(&mut r, len)?).ok()?;
-        let flags = take(&mut r, 1)?[0];
-        let hash = if flags & 2 != 0 {
-            Some(ContentHash::from_bytes(take(&mut r, 32)?.try_into().ok()?))
-        } else {
-            None
-        };
-        let mode = u32_(&mut r)?;
-        let af = AgentFile {
-            hash,
-            mode: (flags & 4 != 0).then_some(mode),
-            symlink: flags & 1 != 0,
-            size: u64_(&mut r)?,
-            mtime_ns: u64_(&mut r)? as i64,
-            ctime_ns: u64_(&mut r)? as i64,
-            ino: u64_(&mut r)?,
-            call: {
-                let len = u32_(&mut r)? as usize;
-                String::from_utf8(take(&mut r, len)?.to_vec()).ok()?
-            },
-        };
-        reg.insert(rel, af);
-    }
-    r.is_empty().then_some(reg)
+    agent_files::save(&dir, &reg)
 }
 
 /// Resolves a payload's `cwd` to a workspace-relative base directory.
@@ -589,7 +386,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     let class = cfg.classify(&tool);
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
-    let mut reg = load_registry(ws, &dir);
+    let mut reg = agent_files::load(ws, &dir);
     let mut drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
     let user_edits = drafts.len();
     let mut snaps = Vec::new();
@@ -661,7 +458,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         .append(&drafts)
         .map_err(WorkspaceError::from)?;
     if user_edits > 0 {
-        save_registry(&dir, &reg)?;
+        agent_files::save(&dir, &reg)?;
     }
     let state = CallState {
         call: call.clone(),
@@ -727,7 +524,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     let _g = StateLock::take(&dir)?;
     let mut drafts = Vec::new();
     let mut patches = 0;
-    let mut reg = load_registry(ws, &dir);
+    let mut reg = agent_files::load(ws, &dir);
     let mut user_edits = 0;
     for (rel, b) in &before {
         let mut b = b.clone();
@@ -882,7 +679,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
         .map_err(WorkspaceError::from)?
         .append(&drafts)
         .map_err(WorkspaceError::from)?;
-    save_registry(&dir, &reg)?;
+    agent_files::save(&dir, &reg)?;
     let _ = rustix::fs::unlinkat(
         &cdir,
         format!("{key}.json").as_str(),
@@ -973,7 +770,7 @@ fn reconstruct_before(
         });
     }
     let dir = state_dir(ws)?;
-    let reg = load_registry(ws, &dir);
+    let reg = agent_files::load(ws, &dir);
     if let Some(af) = reg.get(rel)
         && let Some(h) = af.hash
     {
@@ -1068,53 +865,4 @@ fn open_call_targets(ws: &Workspace) -> std::collections::HashSet<RelPath> {
         .into_iter()
         .flat_map(|s| s.targets.into_iter().map(|(p, _)| p))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_registry_file_round_trips_and_a_torn_or_altered_one_is_refused() {
-        let mut reg = BTreeMap::new();
-        let file = |hash: Option<ContentHash>, mode: Option<u32>, symlink: bool| AgentFile {
-            hash,
-            mode,
-            symlink,
-            size: 10_482,
-            mtime_ns: 1_796_000_000_123_456_789,
-            ctime_ns: -1,
-            ino: u64::MAX,
-            call: "toolu_01ABC".into(),
-        };
-        let rel = |p: &[u8]| RelPath::from_ledger(p).unwrap();
-        reg.insert(
-            rel(b"src/a.rs"),
-            file(Some(ContentHash::of(b"a")), Some(0o644), false),
-        );
-        reg.insert(
-            rel(b"link"),
-            file(Some(ContentHash::of(b"a.rs")), None, true),
-        );
-        reg.insert(rel(b"gone.txt"), file(None, None, false));
-        reg.insert(
-            rel("caf\u{e9} \n\t.txt".as_bytes()),
-            file(None, Some(0o755), false),
-        );
-        let bytes = encode_registry(&reg);
-        let back = decode_registry(&bytes).expect("decodes");
-        assert_eq!(format!("{back:?}"), format!("{reg:?}"));
-        assert_eq!(
-            decode_registry(&encode_registry(&BTreeMap::new()))
-                .unwrap()
-                .len(),
-            0
-        );
-        for cut in [0, 8, bytes.len() / 2, bytes.len() - 1] {
-            assert!(decode_registry(&bytes[..cut]).is_none(), "cut at {cut}");
-        }
-        let mut flipped = bytes.clone();
-        flipped[20] ^= 1;
-        assert!(decode_registry(&flipped).is_none(), "one bit flipped");
-    }
 }

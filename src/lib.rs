@@ -40,6 +40,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod agent_files;
 pub mod agent_settings;
 mod binfile;
 pub mod blob_store;

@@ -255,6 +255,14 @@ fn lexical_components(p: &[u8]) -> Result<Vec<&[u8]>, ()> {
     Ok(parts)
 }
 
+/// Maps keyed by `RelPath` can be searched with the raw bytes of a path
+/// (`Eq`, `Ord` and `Hash` are those of the bytes).
+impl std::borrow::Borrow<[u8]> for RelPath {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 impl fmt::Display for RelPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.display())
