@@ -21,8 +21,11 @@
 //! map of all paths is built. A snapshot keeps entries in walk order, grouped
 //! by directory, and every directory with its stat data.
 //!
-//! Racy entries (modified within [`RACY_NS`] of the snapshot) are re-read next
-//! time even when their stat data matches, as git does for its index.
+//! Racy entries (changed in the same clock tick as the walk's start, or
+//! later) are re-read next time even when their stat data matches, as git
+//! does for its index. The walk's start is dated by the file system itself
+//! ([`fs_now`]), so the rule holds whatever its timestamp granularity
+//! (a 4 ms kernel tick here; whole seconds on some file systems).
 //!
 //! When a walk finds nothing changed (and nothing racy), no snapshot is
 //! written: the pre hook gives the current one a second name as the call's,
@@ -50,14 +53,20 @@ mod walker;
 
 pub use walker::DirStat;
 
-/// Entries modified this close to the snapshot are not trusted by stat alone.
+/// How much earlier than the wall clock a walk is dated when the file
+/// system's own clock cannot be read (and how snapshots written before
+/// ckpt read that clock were dated): entries changed this close to it are not
+/// trusted by stat alone.
 pub const RACY_NS: i64 = 50_000_000;
 
 /// More moved entries than this and a walk reads git's index to find those
 /// clean against it (and not copy them); fewer are read and stored.
 const GIT_INDEX_FROM: usize = 256;
 
-const MAGIC: &[u8; 8] = b"CKPTSNP2";
+const MAGIC: &[u8; 8] = b"CKPTSNP3";
+/// Snapshots dated by the wall clock at the walk's start (their entries were
+/// racy within [`RACY_NS`] of it): read with the date moved back by that much.
+const MAGIC_WALL_CLOCK: &[u8; 8] = b"CKPTSNP2";
 
 /// A fast non-cryptographic hasher for path keys (FxHash, as rustc uses): the
 /// walk's maps of known directories and names hold many paths, and SipHash
@@ -117,7 +126,9 @@ impl Entry {
 /// The workspace at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    /// When the walk started (ns since the epoch).
+    /// When the walk started, as the file system dates changes (ns since the
+    /// epoch, see [`fs_now`]): an entry whose ctime or mtime is not before it
+    /// is racy.
     pub taken_ns: i64,
     /// Every file and symlink, grouped by directory as the walk found them.
     pub entries: Vec<(Vec<u8>, Entry)>,
@@ -147,6 +158,50 @@ fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+/// The time the file system gives a change made now: the ctime it sets on a
+/// marker file (`index/clock`) touched here. File systems date changes with
+/// a coarse clock (the kernel tick) truncated to their granularity, so a
+/// file changed again later in the tick of an earlier change keeps its stat
+/// data; a walk dated this way before it starts trusts only entries changed
+/// in an earlier tick (later changes get a later date, never an equal one).
+/// Falls back to the wall clock less [`RACY_NS`] when the marker cannot be
+/// touched.
+pub(crate) fn fs_now(ws: &Workspace) -> i64 {
+    use rustix::fs::{OFlags, Timespec, Timestamps, UTIME_NOW};
+    let touched = index_dir(ws).ok().and_then(|dir| {
+        // Never through a symlink; a FIFO planted there fails to open at once.
+        let fd = rustix::fs::openat(
+            &dir,
+            "clock",
+            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return None;
+        }
+        if st.st_mode & 0o777 != 0o600 {
+            rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600)).ok()?;
+        }
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        };
+        rustix::fs::futimens(
+            &fd,
+            &Timestamps {
+                last_access: now,
+                last_modification: now,
+            },
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        Some(st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64)
+    });
+    touched.unwrap_or_else(|| now_ns() - RACY_NS)
 }
 
 fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
@@ -200,8 +255,11 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
 /// Parses a snapshot; `None` when damaged (the caller rebuilds it).
 pub fn decode(b: &[u8]) -> Option<Snapshot> {
     use crate::binfile::{take, u32_le, u64_le as u64_};
-    let mut r = crate::binfile::unseal(b, MAGIC, 16)?;
-    let taken_ns = u64_(&mut r)? as i64;
+    let (mut r, margin) = match crate::binfile::unseal(b, MAGIC, 16) {
+        Some(r) => (r, 0),
+        None => (crate::binfile::unseal(b, MAGIC_WALL_CLOCK, 16)?, RACY_NS),
+    };
+    let taken_ns = (u64_(&mut r)? as i64).saturating_sub(margin);
     let global = u64_(&mut r)?;
     let n_dirs = u64_(&mut r)? as usize;
     let mut dirs = Vec::with_capacity(n_dirs.min(1_000_000));
@@ -391,7 +449,7 @@ impl Fresh {
 /// theirs from `old`, git-clean files get their git blob id, everything else is
 /// read and stored.
 fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, WorkspaceError> {
-    let taken_ns = now_ns();
+    let taken_ns = fs_now(ws);
     let known = old.map(|o| {
         walker::Known::new(
             o.taken_ns,
@@ -431,7 +489,7 @@ fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, 
                 // stay without one until their stat data moves.
                 e.hash = o.hash;
                 e.git_oid = o.git_oid;
-                if e.mtime_ns < s.taken_ns - RACY_NS {
+                if e.mtime_ns.max(e.ctime_ns) < s.taken_ns {
                     kept += 1;
                     continue;
                 }
@@ -656,7 +714,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
             // taken. Then it was there all along, unseen (ignored until a rule
             // file changed, or in a directory that could not be read): the
             // call did not create it, and undoing the call must not delete it.
-            None if a.ctime_ns < pre.taken_ns - RACY_NS => {}
+            None if a.ctime_ns < pre.taken_ns => {}
             None => pairs.push((k, None, Some(a))),
         }
     }
@@ -777,7 +835,7 @@ mod tests {
     }
 
     /// An entry whose stat data is unchanged but too recent to prove its
-    /// content (the snapshot was taken within `RACY_NS` of its change) is
+    /// content (changed in the tick the snapshot's walk started, or later) is
     /// read and checked against the identity it had: kept when the same,
     /// stored anew when not. (Coarse timestamps make the second case real: two
     /// same-size writes in one clock tick leave the same stat data.)
@@ -792,8 +850,7 @@ mod tests {
         assert_eq!(entry(&first.entries, b"f.txt").hash, Some(now));
 
         // Racy, with its true identity: kept. The snapshot is dated at the
-        // file's own mtime, not "now": on a loaded machine more than
-        // `RACY_NS` can pass between the write and this line.
+        // file's own mtime, the tick it was written in.
         let mut old = first.clone();
         old.taken_ns = entry(&first.entries, b"f.txt").mtime_ns;
         let f = fresh(&ws, &cfg, Some(&old)).unwrap();
@@ -834,5 +891,41 @@ mod tests {
             entry(&f.walked, b"f.txt").hash,
             Some(ContentHash::of(b"what was there"))
         );
+    }
+
+    /// The walk is dated by the file system: not before a change made ahead
+    /// of it, and not after a change made once it is taken.
+    #[test]
+    fn the_file_systems_clock_dates_the_walk_between_the_changes_around_it() {
+        let t = tempfile::tempdir().unwrap();
+        let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
+        let ctime = |name: &str| {
+            let st = rustix::fs::stat(t.path().join(name)).unwrap();
+            st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64
+        };
+        for _ in 0..20 {
+            std::fs::write(t.path().join("before"), b"b").unwrap();
+            let m = fs_now(&ws);
+            std::fs::write(t.path().join("after"), b"a").unwrap();
+            assert!(ctime("before") <= m && m <= ctime("after"));
+            // Far from the wall clock's fallback (which is 50 ms earlier).
+            assert!(m > now_ns() - RACY_NS / 2);
+        }
+    }
+
+    /// A snapshot an older ckpt wrote (dated by the wall clock, racy within
+    /// `RACY_NS`) is read with its date moved back by that margin.
+    #[test]
+    fn a_wall_clock_snapshot_from_an_older_ckpt_keeps_its_racy_margin() {
+        let s = Snapshot {
+            taken_ns: 1_796_000_000_000_000_000,
+            ..Snapshot::default()
+        };
+        let mut old = encode(&s);
+        old.truncate(old.len() - 32);
+        old[..8].copy_from_slice(MAGIC_WALL_CLOCK);
+        crate::binfile::seal(&mut old);
+        assert_eq!(decode(&old).unwrap().taken_ns, s.taken_ns - RACY_NS);
+        assert_eq!(decode(&encode(&s)).unwrap().taken_ns, s.taken_ns);
     }
 }

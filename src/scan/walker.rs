@@ -31,7 +31,7 @@
 //!
 //! With the previous walk at hand ([`Known`]), a directory whose stat data
 //! (inode, mtime, ctime) and rule files are unchanged since that walk, and was
-//! not modified within [`RACY_NS`](super::RACY_NS) of it, is not listed: its
+//! not modified in the tick that walk started or later, is not listed: its
 //! entries cannot have changed (creating, removing or renaming an entry moves
 //! the directory's mtime), so the walk `fstatat`s the files it had and descends
 //! into the subdirectories it had, and no name is matched against the rules
@@ -61,7 +61,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
-use super::{Entry, FxHasher, RACY_NS};
+use super::{Entry, FxHasher};
 use crate::par::cpus;
 
 /// A directory as a walk saw it: what tells whether its listing can have
@@ -95,8 +95,9 @@ type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
 
 /// The previous walk, as the next one uses it.
 pub(crate) struct Known<'p> {
-    /// When the previous walk started; directories changed within
-    /// [`RACY_NS`] of it are listed again.
+    /// When the previous walk started, as the file system dates changes
+    /// ([`fs_now`](super::fs_now)); directories changed at or after it are
+    /// listed again.
     taken_ns: i64,
     /// [`global_sig`] of the previous walk.
     global: u64,
@@ -170,7 +171,7 @@ impl<'p> Known<'p> {
     /// Whether the listing of `k`, whose stat data is `now`, is still what
     /// it was.
     fn trusted(&self, k: &KnownDir<'_>, now: &DirStat) -> bool {
-        let quiet = self.taken_ns.saturating_sub(RACY_NS);
+        let quiet = self.taken_ns;
         k.stat.flags & UNLISTED == 0
             && k.stat.ino == now.ino
             && k.stat.mtime_ns == now.mtime_ns

@@ -1062,23 +1062,22 @@ fn a_known_walk_lists_only_what_changed_and_finds_every_change() {
     );
     assert!(sorted(full.w.entries) == sorted(oracle_on(r, &cfg, 1).unwrap()));
 
-    // A directory changed within RACY_NS before the known walk started is
+    // A directory changed in the tick the known walk started (or later) is
     // listed again although its stat data is the same (a second change in
-    // the same clock tick would not move it); once the known walk is later
-    // than that, it is trusted.
+    // the same clock tick would not move it); once the known walk is dated
+    // after its change, it is trusted.
     file(r, b"docs/late.md", "x");
     let just = base_walk(r, &[], None, ONE_THREAD);
-    // Dated at the directory's own change, not at the walk: on a loaded
-    // machine more than RACY_NS can pass between the two.
+    // Dated at the directory's own change, the tick it was made in.
     let changed = {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(r.join("docs")).unwrap();
-        m.mtime() * 1_000_000_000 + m.mtime_nsec()
+        (m.mtime() * 1_000_000_000 + m.mtime_nsec()).max(m.ctime() * 1_000_000_000 + m.ctime_nsec())
     };
     let known = just.known(Some(changed));
     let again = base_walk(r, &[], Some(&known), ONE_THREAD);
     assert_eq!(again.w.listed, 1, "only docs/, changed just now, is listed");
-    let known = just.known(Some(changed + 2 * RACY_NS));
+    let known = just.known(Some(changed + 1));
     let again = base_walk(r, &[], Some(&known), ONE_THREAD);
     assert_eq!(again.w.listed, 0);
 }
