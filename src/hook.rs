@@ -222,8 +222,10 @@ pub(crate) fn flush_user_edits(
     let d = user_edit_drafts(ws, &mut reg, session)?;
     if !d.is_empty() {
         ws.ledger().lock()?.append(&d)?;
-        agent_files::save(&dir, &reg)?;
     }
+    // After the records: stat figures refreshed for files whose content did
+    // not change (touched, or rewritten as they were) are kept too.
+    agent_files::save(&dir, &reg)?;
     Ok(d.len())
 }
 
@@ -457,9 +459,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         .map_err(WorkspaceError::from)?
         .append(&drafts)
         .map_err(WorkspaceError::from)?;
-    if user_edits > 0 {
-        agent_files::save(&dir, &reg)?;
-    }
+    agent_files::save(&dir, &reg)?;
     let state = CallState {
         call: call.clone(),
         session: ev.session.clone(),

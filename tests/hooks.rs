@@ -595,6 +595,36 @@ fn user_edits_to_agent_files_are_recorded_before_the_next_call() {
 }
 
 #[test]
+fn a_file_rewritten_with_the_same_bytes_is_read_once_not_at_every_call() {
+    // Its stat figures move, its content does not: no user edit, and the
+    // registry keeps the new figures so later calls trust them again.
+    let env = TestEnv::new();
+    let content = agent_writes_new_rs(&env);
+    let reg = env.rt().join("state/agent_files.bin");
+    let before = std::fs::read(&reg).unwrap();
+    // Past the kernel's timestamp tick, so the rewrite gets new times.
+    std::thread::sleep(std::time::Duration::from_millis(25));
+    env.write("src/new.rs", content.as_bytes());
+    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
+    let refreshed = std::fs::read(&reg).unwrap();
+    assert_ne!(refreshed, before, "the new stat figures are kept");
+    hook_ok(
+        &env,
+        "prompt",
+        &fixture(&env, "claude/user_prompt.prompt.json"),
+    );
+    assert_eq!(
+        std::fs::read(&reg).unwrap(),
+        refreshed,
+        "nothing to refresh"
+    );
+    assert!(
+        !records(&env).iter().any(|r| r["kind"] == "user_edit"),
+        "the same bytes are no user edit"
+    );
+}
+
+#[test]
 fn a_torn_agent_file_registry_is_rebuilt_from_the_ledger() {
     // The registry is rewritten in place, unsynced: a crash can leave it
     // half written. A user edit made since must still be recorded.
