@@ -264,8 +264,11 @@ pub struct Prepared {
     tmp: Option<String>,
 }
 
-impl Prepared {
-    fn discard(&self) {
+impl Drop for Prepared {
+    /// A temp file never renamed into place goes with it: when the commit
+    /// did not write, and when an error elsewhere stopped the action before
+    /// its commit (a crash leaves it to the next command's sweep).
+    fn drop(&mut self) {
         if let Some(t) = &self.tmp {
             let _ = rustix::fs::unlinkat(&self.dir, t.as_str(), AtFlags::empty());
         }
@@ -307,7 +310,6 @@ pub fn prepare(
     if let Some(t) = &p.tmp
         && let Err(e) = write_temp(ws, p.dir.as_fd(), t, target)
     {
-        p.discard();
         return Err(match e {
             Prep::Io(e) => io_err("write a temp file for", rel, e),
             Prep::Blob(b) => WorkspaceError::Blob(b),
@@ -321,14 +323,15 @@ pub fn prepare(
 /// unlinks it); anything that moved is [`Written::Raced`] and nothing is
 /// written. The temp file never outlives this call.
 pub fn commit(
-    p: Prepared,
+    mut p: Prepared,
     expect: &PathState,
     target: &PathState,
     trash: &Trash,
 ) -> Result<Written, WorkspaceError> {
     let result = commit_inner(&p, expect, target, trash);
-    if !matches!(result, Ok(Written::Done)) {
-        p.discard();
+    if matches!(result, Ok(Written::Done)) {
+        // Renamed into place: nothing left for `drop` to remove.
+        p.tmp = None;
     }
     result
 }

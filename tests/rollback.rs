@@ -1394,6 +1394,120 @@ fn a_crash_at_any_rollback_step_is_finished_by_the_next_command() {
     }
 }
 
+/// Each path of `now` holds its `agent` state or its rolled-back state
+/// (`want`), whole; returns how many are rolled back and how many are not.
+fn whole_files(
+    what: &str,
+    agent: &BTreeMap<PathBuf, Entry>,
+    want: &BTreeMap<PathBuf, Entry>,
+    now: &BTreeMap<PathBuf, Entry>,
+) -> (usize, usize) {
+    let paths: std::collections::BTreeSet<_> =
+        agent.keys().chain(want.keys()).chain(now.keys()).collect();
+    let (mut done, mut left) = (0, 0);
+    for p in paths {
+        let (n, a, w) = (now.get(p), agent.get(p), want.get(p));
+        if n == w && n != a {
+            done += 1;
+        } else if n == a && n != w {
+            left += 1;
+        } else {
+            assert!(
+                n == a && n == w,
+                "{what}: {} is neither: {n:?}",
+                p.display()
+            );
+        }
+    }
+    (done, left)
+}
+
+/// RELIABILITY F48: an I/O error in the middle of a multi-file rollback
+/// (disk full, a read-only file system, `EIO` from an fsync; injected).
+/// Writing one file fails: that file is left whole as it was and reported
+/// `failed`, the others are rolled back, the action ends `failed` with every
+/// file's result, the command exits 1 and says how to finish, and running
+/// the same rollback again finishes it. A failure outside one file's write
+/// stops the command with one line and no result; the plan stays open and
+/// the next command finishes it. Either way every file is old or new, never
+/// partial, and the end state is the uninterrupted rollback's.
+#[test]
+fn f48_an_io_error_mid_rollback_leaves_every_file_whole_and_is_finished() {
+    let reference = {
+        let env = TestEnv::init();
+        let ck1 = crash_scenario(&env);
+        let (code, v) = rollback(&env, &["--to", &ck1]);
+        assert_eq!(code, 0, "{v:#}");
+        ws_tree(&env)
+    };
+
+    // One file's write fails (before its rename).
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let agent = ws_tree(&env);
+    let fp = "rollback.before_rename=2*error";
+    let r = env.ckpt_env(
+        &["rollback", "--to", &ck1, "--json"],
+        &[FAST, ("CKPT_FAILPOINTS", fp)],
+    );
+    assert_eq!(r.code, 1, "{fp}: {}{}", r.stdout, r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    let failed: Vec<_> = results(&v)
+        .into_iter()
+        .filter(|(_, res)| res == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{v:#}");
+    assert!(
+        r.stderr.contains("again"),
+        "{fp}: says how to finish: {}",
+        r.stderr
+    );
+    let (done, left) = whole_files(fp, &agent, &reference, &ws_tree(&env));
+    assert_eq!((done, left), (4, 1), "{fp}");
+    assert!(temps_left(&env).is_empty(), "{fp}: {:?}", temps_left(&env));
+    let (_, acts) = the_rollback(&env);
+    assert_eq!(acts.len(), 2, "{fp}: {acts:#?}");
+    assert_eq!(acts[1]["status"], "failed", "{fp}");
+    assert_eq!(acts[1]["outcome"]["files"].as_array().unwrap().len(), 5);
+    let (code, v) = rollback(&env, &["--to", &ck1]);
+    assert_eq!(code, 0, "{fp}: the same rollback again: {v:#}");
+    assert_eq!(ws_tree(&env), reference, "{fp}");
+    assert_eq!(ck(&env, &["verify"]).code, 0, "{fp}");
+
+    // The command fails between two files.
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let agent = ws_tree(&env);
+    let fp = "rollback.after_file=3*error";
+    let r = env.ckpt_env(
+        &["rollback", "--to", &ck1],
+        &[FAST, ("CKPT_FAILPOINTS", fp)],
+    );
+    assert_eq!(r.code, 1, "{fp}: {}{}", r.stdout, r.stderr);
+    assert!(r.stdout.is_empty(), "{fp}: no result printed: {}", r.stdout);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{fp}: {}", r.stderr);
+    assert!(r.stderr.contains("injected"), "{fp}: {}", r.stderr);
+    let (done, left) = whole_files(fp, &agent, &reference, &ws_tree(&env));
+    assert!(
+        done >= 1 && left >= 1,
+        "{fp}: stopped midway ({done} done, {left} left)"
+    );
+    assert!(temps_left(&env).is_empty(), "{fp}: {:?}", temps_left(&env));
+    let (act, acts) = the_rollback(&env);
+    assert_eq!(acts.len(), 1, "{fp}: the plan, no end: {acts:#?}");
+    let r = ck(&env, &["status"]);
+    assert_eq!(r.code, 0, "{fp}: {}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("finished rollback {act}")),
+        "{fp}: {}",
+        r.stderr
+    );
+    assert_eq!(ws_tree(&env), reference, "{fp}");
+    let (_, acts) = the_rollback(&env);
+    assert_eq!(acts[1]["status"], "succeeded", "{fp}: {acts:#?}");
+    assert_eq!(ck(&env, &["verify"]).code, 0, "{fp}");
+}
+
 fn trash_entries(env: &TestEnv) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(env.rt().join("tmp/trash"))
         .unwrap()

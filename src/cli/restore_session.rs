@@ -118,11 +118,9 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         }
     }
     Ok(if report.incomplete() {
-        if !ui.json {
-            super::ui::note(
-                "error: the session moved, but some files were not rolled back; see the rollback above",
-            );
-        }
+        super::ui::note(
+            "error: the session moved, but some files were not rolled back (result `failed` or `raced`); each is left whole as it was; once the cause is fixed, roll back the same selection again to finish them",
+        );
         ERROR
     } else if report.conflicts() > 0 {
         CONFLICTS

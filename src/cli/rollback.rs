@@ -70,6 +70,10 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     )?;
     render(ui, &report)?;
     Ok(if report.incomplete() {
+        // On stderr in both modes: with `--json` the document says which.
+        super::ui::note(
+            "error: some files were not rolled back (result `failed` or `raced`); each is left whole as it was, and the rollback is recorded; once the cause is fixed, run the same rollback again to finish them",
+        );
         ERROR
     } else if !report.conflicts.is_empty() {
         CONFLICTS
@@ -168,11 +172,7 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             if n == 1 { "it" } else { "them" }
         ))?;
     }
-    if report.incomplete() {
-        super::ui::note(
-            "error: some files were not rolled back (see `raced`/`failed` above); they are left as they were, and the rollback is recorded",
-        );
-    } else if !report.dry_run && changed > 0 {
+    if !report.incomplete() && !report.dry_run && changed > 0 {
         ui.line(&format!(
             "undo this rollback with: ckpt rollback --action {}",
             report.action
