@@ -37,6 +37,7 @@ fn record(i: usize) -> Draft {
             error: None,
             agent: Some("claude".into()),
             before: vec![],
+            unrecorded: vec![],
         }),
     )
 }

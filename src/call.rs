@@ -356,6 +356,7 @@ impl Workspace {
                 error: None,
                 agent: Some("library".into()),
                 before: vec![],
+                unrecorded: Vec::new(),
             }),
         ))?;
         Ok(CallHandle {
@@ -455,6 +456,7 @@ impl CallHandle<'_> {
                 error,
                 agent: Some("library".into()),
                 before: vec![],
+                unrecorded: Vec::new(),
             }),
         ));
         let mut lock = self.ws.ledger().lock()?;

@@ -148,6 +148,7 @@ pub fn resolve(
             }],
             conflicts: Vec::new(),
             patches: 0,
+            unrecorded: Vec::new(),
         };
         // The conflict's new state goes into the same append as the action's
         // end (a crash in between is finished, conflict included, by the

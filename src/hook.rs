@@ -452,6 +452,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
                     expected: *e,
                 })
                 .collect(),
+            unrecorded: Vec::new(),
         }),
     ));
     ws.ledger()
@@ -578,6 +579,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
         }
     }
     // Calls that name no file: compare the workspace with the call's pre snapshot.
+    let mut unrecorded = Vec::new();
     let mut batch_guard: Option<BatchDurability<'_>> = None;
     if state.as_ref().is_some_and(|s| s.scan) {
         match crate::scan::take_for_call(ws, &key) {
@@ -589,11 +591,22 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // see: name them all rather than guess (issue 3).
                 let others = open_scan_calls(ws, &call);
                 let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
-                for rel in unknown {
+                for u in &unknown {
                     warnings.push(format!(
-                        "`{rel}` changed, but its content before or after the call could not be stored (too large, unreadable, or a damaged git object): not recorded, and a rollback will not touch it"
+                        "`{}` changed, but its content before or after the call could not be stored ({}): not recorded, and a rollback will not touch it",
+                        u.path,
+                        if u.reason == "too_large" {
+                            format!(
+                                "{} bytes, above max_blob_bytes = {}",
+                                u.size.unwrap_or(0),
+                                cfg.max_blob_bytes
+                            )
+                        } else {
+                            "unreadable, or a damaged git object".to_string()
+                        }
                     ));
                 }
+                unrecorded = unknown;
                 // A change another call already recorded exactly (an edit tool
                 // that ran during this call's window) is that call's, not ours.
                 // (Its write must fall inside our window: what we saw before the
@@ -670,6 +683,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
             },
             agent: Some(ev.format.as_str().to_string()),
             before: Vec::new(),
+            unrecorded,
         }),
     ));
     crate::failpoint::hit("hook.post.before_append")

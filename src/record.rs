@@ -238,6 +238,23 @@ pub struct ToolCall {
     /// recovery compares the disk with).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub before: Vec<PathHash>,
+    /// At the end of a call: paths it changed whose content ckpt could not
+    /// store (too large, unreadable), so no patch records them and no
+    /// rollback can undo them (RELIABILITY F47).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded: Vec<Unrecorded>,
+}
+
+/// A change a call made that ckpt could not record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unrecorded {
+    /// The path.
+    pub path: RelPath,
+    /// `too_large` (above `max_blob_bytes`) or `unreadable`.
+    pub reason: String,
+    /// The larger of its sizes before and after, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 /// A path and the hash (and mode) of its content at some point.

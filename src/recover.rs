@@ -602,6 +602,7 @@ fn check_uncertain(
                 error,
                 agent: Some("ckpt-recover".into()),
                 before: Vec::new(),
+                unrecorded: Vec::new(),
             }),
         )
     };

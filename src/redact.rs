@@ -755,6 +755,7 @@ mod tests {
             error: Some(format!("exit 1: {GHP}")),
             agent: None,
             before: Vec::new(),
+            unrecorded: Vec::new(),
         };
         let Some(Body::ToolCall(r)) = record_body(&Body::ToolCall(t.clone())) else {
             panic!("the error must be redacted");

@@ -168,6 +168,9 @@ pub struct RollbackReport {
     pub conflicts: Vec<ConflictRecord>,
     /// How many patches were selected.
     pub patches: usize,
+    /// Changes the selected calls made that ckpt could not record (too
+    /// large, unreadable), with their call: left as they are.
+    pub unrecorded: Vec<(String, crate::record::Unrecorded)>,
 }
 
 impl RollbackReport {
@@ -845,12 +848,23 @@ fn plan(
         });
     }
     // Merged contents are new: keep them for the write (stored at run time).
+    // What the selected calls changed but could not record (F47).
+    let unrecorded = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::ToolCall(t) if calls.contains(&t.call) => Some(t),
+            _ => None,
+        })
+        .flat_map(|t| t.unrecorded.iter().map(|u| (t.call.clone(), u.clone())))
+        .filter(|(_, u)| filter.matches(&u.path))
+        .collect();
     let mut report = RollbackReport {
         action,
         dry_run: opts.dry_run,
         files,
         conflicts,
         patches: picked.len(),
+        unrecorded,
     };
     if !opts.dry_run {
         store_contents(ws, &pl, &mut report)?;

@@ -677,9 +677,10 @@ pub struct Scanned {
     /// The changes, renames paired by content, in path order.
     pub changes: Vec<Change>,
     /// Paths that changed but whose before or after content is unknown (too
-    /// big to store, unreadable, or an unreadable git object): not recorded,
-    /// since ckpt could not undo them.
-    pub unknown: Vec<RelPath>,
+    /// big to store, unreadable, or an unreadable git object): no patch
+    /// records them, since ckpt could not undo them; the call's end record
+    /// names them.
+    pub unknown: Vec<crate::record::Unrecorded>,
 }
 
 /// Compares the workspace now with a call's pre snapshot; returns the changes
@@ -784,9 +785,19 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         Ok((before, after))
     });
     let mut unknown = Vec::new();
-    for ((rel, _, _), st) in differ.into_iter().zip(states) {
+    for ((rel, b, a), st) in differ.into_iter().zip(states) {
         let (Some(before), Some(after)) = st? else {
-            unknown.push(rel);
+            let size = b.iter().chain(a.iter()).map(|e| e.size).max();
+            unknown.push(crate::record::Unrecorded {
+                path: rel,
+                reason: if size.is_some_and(|n| n > cfg.max_blob_bytes) {
+                    "too_large"
+                } else {
+                    "unreadable"
+                }
+                .into(),
+                size,
+            });
             continue;
         };
         if before != after {

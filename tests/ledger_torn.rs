@@ -25,6 +25,7 @@ pub fn call_record(i: usize) -> Draft {
             error: None,
             agent: Some("test".into()),
             before: vec![],
+            unrecorded: vec![],
         }),
     )
 }

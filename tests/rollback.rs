@@ -1394,6 +1394,73 @@ fn a_crash_at_any_rollback_step_is_finished_by_the_next_command() {
     }
 }
 
+/// RELIABILITY F47: a file above `max_blob_bytes` that a shell call changed
+/// is never stored (no partial blob) and no patch records it; the call's end
+/// record names it, and a rollback of the call undoes everything else and
+/// says why it leaves that file as it is.
+#[test]
+fn f47_a_file_too_large_to_store_is_named_and_explained_never_half_recorded() {
+    let env = TestEnv::init();
+    let cfg = env.rt().join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("max_blob_bytes = 1073741824"));
+    std::fs::write(
+        &cfg,
+        text.replace("max_blob_bytes = 1073741824", "max_blob_bytes = 4096"),
+    )
+    .unwrap();
+    env.write("big.bin", &vec![b'a'; 10_000]);
+    env.write("small.txt", b"small before\n");
+    bash_call(
+        &env,
+        "s1",
+        "c1",
+        "printf b >> big.bin && echo small agent > small.txt",
+    );
+    let recs = records(&env);
+    let end = recs
+        .iter()
+        .find(|r| r["kind"] == "tool_call" && r["call"] == "c1" && r["status"] == "succeeded")
+        .unwrap();
+    assert_eq!(
+        end["unrecorded"],
+        json!([{"path": "big.bin", "reason": "too_large", "size": 10_001}]),
+        "{end:#}"
+    );
+    assert!(
+        !recs
+            .iter()
+            .any(|r| r["kind"] == "file_patch" && r["path"] == "big.bin"),
+        "no patch for the file"
+    );
+    let largest = tree(&env.rt().join("artifacts"), false)
+        .values()
+        .filter_map(|e| match e {
+            Entry::File(_, b) => Some(b.len()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(largest <= 4096, "nothing above the limit stored: {largest}");
+
+    let r = ck(&env, &["rollback", "--call", "c1", "--dry-run"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("not undone")
+            && r.stdout.contains("big.bin")
+            && r.stdout.contains("too large"),
+        "{}",
+        r.stdout
+    );
+    let (code, v) = rollback(&env, &["--call", "c1"]);
+    assert_eq!(code, 0, "{v:#}");
+    expect_results(&v, &[("small.txt", "restored")]);
+    assert_eq!(v["unrecorded"][0]["path"], "big.bin", "{v:#}");
+    assert_eq!(v["unrecorded"][0]["call"], "c1", "{v:#}");
+    assert_eq!(read(&env, "small.txt"), b"small before\n");
+    assert_eq!(read(&env, "big.bin").len(), 10_001, "left as it is");
+}
+
 /// Each path of `now` holds its `agent` state or its rolled-back state
 /// (`want`), whole; returns how many are rolled back and how many are not.
 fn whole_files(

@@ -82,6 +82,25 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     })
 }
 
+/// One line per change the selected calls made that ckpt could not record
+/// (RELIABILITY F47): the rollback leaves those files as they are.
+fn render_unrecorded(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> {
+    for (call, u) in &report.unrecorded {
+        let why = match (u.reason.as_str(), u.size) {
+            ("too_large", Some(n)) => format!("{n} bytes, too large to store (max_blob_bytes)"),
+            ("too_large", None) => "too large to store (max_blob_bytes)".to_string(),
+            _ => "its content could not be read".to_string(),
+        };
+        let line = format!(
+            "  {}  {}  not recorded when call {call} changed it ({why}); left as it is",
+            ui.paint("33", "not undone"),
+            u.path.display(),
+        );
+        ui.line(&line)?;
+    }
+    Ok(())
+}
+
 pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> {
     if ui.json {
         let files: Vec<_> = report
@@ -107,17 +126,24 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
                        "actual_hash": c.actual_hash, "reason": c.reason})
             })
             .collect();
+        let unrecorded: Vec<_> = report
+            .unrecorded
+            .iter()
+            .map(|(call, u)| json!({"call": call, "path": u.path, "reason": u.reason, "size": u.size}))
+            .collect();
         ui.json(&json!({
             "action": report.action,
             "dry_run": report.dry_run,
             "patches": report.patches,
             "files": files,
             "conflicts": conflicts,
+            "unrecorded": unrecorded,
         }))?;
         return Ok(());
     }
     if report.files.is_empty() {
         ui.line("nothing to roll back: the selection holds no agent changes")?;
+        render_unrecorded(ui, report)?;
         return Ok(());
     }
     let changed = report.files.iter().filter(|f| f.result.writes()).count();
@@ -164,6 +190,7 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
         );
         ui.line(line.trim_end())?;
     }
+    render_unrecorded(ui, report)?;
     if !report.conflicts.is_empty() {
         let n = report.conflicts.len();
         ui.line(&format!(
