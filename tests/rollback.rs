@@ -2,8 +2,9 @@
 //! would: the agent's calls go through real Claude Code hook payloads (Write,
 //! Edit, and Bash calls whose changes the workspace scan captures), the user
 //! edits files by hand, and every check is on exact bytes, modes, symlink
-//! targets, JSON fields and exit codes (DESIGN §5, §6; RELIABILITY B4, F41–F46,
-//! T30). The crash tests abort the real binary at every rollback failpoint.
+//! targets, JSON fields and exit codes (DESIGN §5, §6; RELIABILITY B4, F41–F48,
+//! T30). The crash tests abort the real binary at every rollback failpoint; F48 injects
+//! I/O errors there.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt, symlink};
