@@ -1444,6 +1444,13 @@ fn f47_a_file_too_large_to_store_is_named_and_explained_never_half_recorded() {
         .unwrap_or(0);
     assert!(largest <= 4096, "nothing above the limit stored: {largest}");
 
+    let r = ck(&env, &["show", "c1"]);
+    assert!(
+        r.stdout
+            .contains("not recorded, cannot be undone: big.bin (too_large, 10001 bytes)"),
+        "{}",
+        r.stdout
+    );
     let r = ck(&env, &["rollback", "--call", "c1", "--dry-run"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(

@@ -24,6 +24,22 @@ pub fn describe(r: &Record) -> (&'static str, String) {
             if let Some(e) = &c.error {
                 s.push_str(&format!(": {}", first_line(e)));
             }
+            if !c.unrecorded.is_empty() {
+                let shown: Vec<String> = c
+                    .unrecorded
+                    .iter()
+                    .take(3)
+                    .map(|u| match u.size {
+                        Some(n) => format!("{} ({}, {n} bytes)", u.path, u.reason),
+                        None => format!("{} ({})", u.path, u.reason),
+                    })
+                    .collect();
+                s.push_str(&format!(
+                    "; not recorded, cannot be undone: {}{}",
+                    shown.join(", "),
+                    if c.unrecorded.len() > 3 { ", …" } else { "" }
+                ));
+            }
             ("call", s)
         }
         Body::FilePatch(p) => {
