@@ -168,12 +168,12 @@ fn now_ns() -> i64 {
 /// in an earlier tick (later changes get a later date, never an equal one).
 /// Falls back to the wall clock less [`RACY_NS`] when the marker cannot be
 /// touched.
-pub(crate) fn fs_now(ws: &Workspace) -> i64 {
+fn fs_now(index: &OwnedFd) -> i64 {
     use rustix::fs::{OFlags, Timespec, Timestamps, UTIME_NOW};
-    let touched = index_dir(ws).ok().and_then(|dir| {
+    let touched = (|| {
         // Never through a symlink; a FIFO planted there fails to open at once.
         let fd = rustix::fs::openat(
-            &dir,
+            index,
             "clock",
             OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             rustix::fs::Mode::from_raw_mode(0o600),
@@ -200,7 +200,7 @@ pub(crate) fn fs_now(ws: &Workspace) -> i64 {
         .ok()?;
         let st = rustix::fs::fstat(&fd).ok()?;
         Some(st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64)
-    });
+    })();
     touched.unwrap_or_else(|| now_ns() - RACY_NS)
 }
 
@@ -448,8 +448,14 @@ impl Fresh {
 /// Walks the workspace and fills in content identities: unchanged entries keep
 /// theirs from `old`, git-clean files get their git blob id, everything else is
 /// read and stored.
-fn fresh(ws: &Workspace, cfg: &Config, old: Option<&Snapshot>) -> Result<Fresh, WorkspaceError> {
-    let taken_ns = fs_now(ws);
+/// `index` is `.agent-runtime/index`, where the walk's clock marker lives.
+fn fresh(
+    ws: &Workspace,
+    cfg: &Config,
+    index: &OwnedFd,
+    old: Option<&Snapshot>,
+) -> Result<Fresh, WorkspaceError> {
+    let taken_ns = fs_now(index);
     let known = old.map(|o| {
         walker::Known::new(
             o.taken_ns,
@@ -620,7 +626,7 @@ fn state_of(ws: &Workspace, e: &Entry) -> Result<Option<FileState>, WorkspaceErr
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
     let old = load_file(&dir, "snapshot.bin");
-    let fresh = fresh(ws, cfg, old.as_ref().map(|(s, _)| s))?;
+    let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
@@ -686,7 +692,8 @@ pub struct Scanned {
 /// Compares the workspace now with a call's pre snapshot; returns the changes
 /// (renames paired by content) and makes the new state the current snapshot.
 pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, WorkspaceError> {
-    let fresh = fresh(ws, cfg, Some(pre))?;
+    let dir = index_dir(ws)?;
+    let fresh = fresh(ws, cfg, &dir, Some(pre))?;
     if fresh.unchanged {
         // The call changed nothing: the current snapshot (the pre one, or a
         // newer one another call saved since) stays.
@@ -810,7 +817,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         }
     }
     pair_renames(&mut changes);
-    save(&index_dir(ws)?, "snapshot.bin", &fresh.into_snapshot())?;
+    save(&dir, "snapshot.bin", &fresh.into_snapshot())?;
     Ok(Scanned { changes, unknown })
 }
 
@@ -856,7 +863,9 @@ mod tests {
         std::fs::write(t.path().join("f.txt"), b"what is there").unwrap();
         let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
         let cfg = Config::default();
-        let first = fresh(&ws, &cfg, None).unwrap().into_snapshot();
+        let first = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), None)
+            .unwrap()
+            .into_snapshot();
         let now = ContentHash::of(b"what is there");
         assert_eq!(entry(&first.entries, b"f.txt").hash, Some(now));
 
@@ -864,7 +873,7 @@ mod tests {
         // file's own mtime, the tick it was written in.
         let mut old = first.clone();
         old.taken_ns = entry(&first.entries, b"f.txt").mtime_ns;
-        let f = fresh(&ws, &cfg, Some(&old)).unwrap();
+        let f = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), Some(&old)).unwrap();
         assert_eq!(entry(&f.walked, b"f.txt").hash, Some(now));
 
         // Racy, with an identity its bytes no longer have: read again.
@@ -873,7 +882,7 @@ mod tests {
                 e.hash = Some(ContentHash::of(b"what was there"));
             }
         }
-        let f = fresh(&ws, &cfg, Some(&old)).unwrap();
+        let f = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), Some(&old)).unwrap();
         assert!(!f.unchanged);
         assert_eq!(entry(&f.walked, b"f.txt").hash, Some(now));
 
@@ -891,13 +900,15 @@ mod tests {
                 e.git_oid = Some(oid);
             }
         }
-        let f = fresh(&ws, &cfg, Some(&clean)).unwrap();
+        let f = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), Some(&clean)).unwrap();
         let e = entry(&f.walked, b"f.txt");
         assert_eq!((e.hash, e.git_oid), (None, Some(oid)));
 
-        // Not racy: stat data is trusted as it always was.
-        old.taken_ns = entry(&first.entries, b"f.txt").mtime_ns + 10 * RACY_NS;
-        let f = fresh(&ws, &cfg, Some(&old)).unwrap();
+        // Not racy once the walk is dated after its change, however soon
+        // after: stat data is trusted as it always was.
+        let f_txt = entry(&first.entries, b"f.txt");
+        old.taken_ns = f_txt.mtime_ns.max(f_txt.ctime_ns) + 1;
+        let f = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), Some(&old)).unwrap();
         assert_eq!(
             entry(&f.walked, b"f.txt").hash,
             Some(ContentHash::of(b"what was there"))
@@ -916,7 +927,7 @@ mod tests {
         };
         for _ in 0..20 {
             std::fs::write(t.path().join("before"), b"b").unwrap();
-            let m = fs_now(&ws);
+            let m = fs_now(&index_dir(&ws).unwrap());
             std::fs::write(t.path().join("after"), b"a").unwrap();
             assert!(ctime("before") <= m && m <= ctime("after"));
             // Taken from the marker, not the wall clock's fallback.

@@ -1281,32 +1281,34 @@ fn the_rollback(env: &TestEnv) -> (String, Vec<Value>) {
     (act, acts)
 }
 
+/// The workspace after [`crash_scenario`]'s rollback to its checkpoint, run
+/// uninterrupted: what every interrupted one must end as.
+fn uninterrupted_rollback() -> BTreeMap<PathBuf, Entry> {
+    let env = TestEnv::init();
+    let ck1 = crash_scenario(&env);
+    let (code, v) = rollback(&env, &["--to", &ck1]);
+    assert_eq!(code, 0, "{v:#}");
+    expect_results(
+        &v,
+        &[
+            ("m.txt", "merged"),
+            ("n.txt", "deleted"),
+            ("r1.txt", "restored"),
+            ("r2.txt", "restored"),
+            ("r3.txt", "restored"),
+        ],
+    );
+    assert_eq!(
+        read(&env, "m.txt"),
+        lines_with(10, &[(9, "user 9")]).as_bytes()
+    );
+    assert_eq!(mode(&env, "r3.txt"), 0o644);
+    ws_tree(&env)
+}
+
 #[test]
 fn a_crash_at_any_rollback_step_is_finished_by_the_next_command() {
-    // The reference: the same rollback, uninterrupted.
-    let reference = {
-        let env = TestEnv::init();
-        let ck1 = crash_scenario(&env);
-        let (code, v) = rollback(&env, &["--to", &ck1]);
-        assert_eq!(code, 0, "{v:#}");
-        expect_results(
-            &v,
-            &[
-                ("m.txt", "merged"),
-                ("n.txt", "deleted"),
-                ("r1.txt", "restored"),
-                ("r2.txt", "restored"),
-                ("r3.txt", "restored"),
-            ],
-        );
-        let t = ws_tree(&env);
-        assert_eq!(
-            read(&env, "m.txt"),
-            lines_with(10, &[(9, "user 9")]).as_bytes()
-        );
-        assert_eq!(mode(&env, "r3.txt"), 0o644);
-        t
-    };
+    let reference = uninterrupted_rollback();
     let mut points: Vec<String> = vec![
         "rollback.after_plan=abort".into(),
         "rollback.before_end=abort".into(),
@@ -1508,13 +1510,7 @@ fn whole_files(
 /// partial, and the end state is the uninterrupted rollback's.
 #[test]
 fn f48_an_io_error_mid_rollback_leaves_every_file_whole_and_is_finished() {
-    let reference = {
-        let env = TestEnv::init();
-        let ck1 = crash_scenario(&env);
-        let (code, v) = rollback(&env, &["--to", &ck1]);
-        assert_eq!(code, 0, "{v:#}");
-        ws_tree(&env)
-    };
+    let reference = uninterrupted_rollback();
 
     // One file's write fails (before its rename).
     let env = TestEnv::init();
