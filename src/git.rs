@@ -75,11 +75,94 @@ pub struct IndexStat {
     pub mode: u32,
 }
 
+/// Words that, in an attributes file, can make a file's bytes differ from
+/// its blob's: clean/smudge filters (Git LFS, git-crypt), end-of-line
+/// conversion (`text`, `eol`, the old `crlf`), `$Id$` expansion and
+/// re-encoding. A line naming none of them (`*.png binary`, `-diff`,
+/// `linguist-*`) converts nothing.
+const CONVERTING_ATTRIBUTES: [&str; 5] = ["filter", "text", "eol", "crlf", "ident"];
+
+/// Whether git may store some file of this work tree as other bytes than
+/// the file holds (so that a stat-clean index entry's blob is not the file's
+/// content): `core.autocrlf` set to `true` or `input`, or an attributes file
+/// that names a converting attribute ([`CONVERTING_ATTRIBUTES`], or
+/// `working-tree-encoding`). `worktree_attribute_files` are the work tree's
+/// `.gitattributes` files, relative to `root`; the repository's
+/// `info/attributes`, the user's (`core.attributesFile`, or the XDG default)
+/// and the system's `/etc/gitattributes` are read too. Errs on the side of
+/// "may": a file that cannot be read counts as converting.
+pub fn may_convert<'a>(
+    repo: &git2::Repository,
+    root: &Path,
+    worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+) -> bool {
+    let cfg = repo.config().ok();
+    let autocrlf = cfg
+        .as_ref()
+        .and_then(|c| c.get_string("core.autocrlf").ok())
+        .map(|v| v.to_ascii_lowercase());
+    if autocrlf.is_some_and(|v| matches!(v.as_str(), "true" | "yes" | "on" | "1" | "input")) {
+        return true;
+    }
+    let converts = |path: &Path| -> bool {
+        match std::fs::read(path) {
+            Ok(text) => attributes_convert(&text),
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        }
+    };
+    use std::os::unix::ffi::OsStrExt;
+    for rel in worktree_attribute_files {
+        if converts(&root.join(std::ffi::OsStr::from_bytes(rel))) {
+            return true;
+        }
+    }
+    let user = cfg
+        .as_ref()
+        .and_then(|c| c.get_path("core.attributesFile").ok())
+        .or_else(|| {
+            std::env::var_os("XDG_CONFIG_HOME")
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
+                .map(|d| d.join("git/attributes"))
+        });
+    let mut others = vec![
+        repo.path().join("info/attributes"),
+        std::path::PathBuf::from("/etc/gitattributes"),
+    ];
+    others.extend(user);
+    others.iter().any(|p| converts(p))
+}
+
+/// Whether the text of an attributes file sets a converting attribute (a
+/// macro that does, `[attr]lfs filter=lfs`, counts too).
+fn attributes_convert(text: &[u8]) -> bool {
+    text.split(|&b| b == b'\n').any(|line| {
+        let line = String::from_utf8_lossy(line).to_ascii_lowercase();
+        let line = line.trim_start();
+        !line.starts_with('#')
+            && (line.contains("working-tree-encoding")
+                // Set (`text`, `eol=crlf`, `filter=lfs`), not unset (`-text`)
+                // or unspecified (`!eol`).
+                || line.split_whitespace().skip(1).any(|attr| {
+                    let name = attr.split('=').next().unwrap_or(attr);
+                    CONVERTING_ATTRIBUTES.contains(&name)
+                }))
+    })
+}
+
 /// Reads the index of the repository whose work tree is `root`: path → stat and
 /// blob id, plus the index file's own mtime (entries modified at or after it are
-/// "racy" and not trusted). Returns `None` outside a repository.
-pub fn index_stats(root: &Path) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, i64)> {
+/// "racy" and not trusted), and whether git may convert files' bytes on their
+/// way into the index ([`may_convert`]; then a stat-clean entry's blob must be
+/// checked against the file before it stands in for it). Returns `None`
+/// outside a repository.
+pub fn index_stats<'a>(
+    root: &Path,
+    worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, i64, bool)> {
     let repo = git2::Repository::open(root).ok()?;
+    let converts = may_convert(&repo, root, worktree_attribute_files);
     let index = repo.index().ok()?;
     let index_mtime = std::fs::metadata(repo.path().join("index"))
         .ok()
@@ -107,7 +190,7 @@ pub fn index_stats(root: &Path) -> Option<(std::collections::HashMap<Vec<u8>, In
             },
         );
     }
-    Some((map, index_mtime))
+    Some((map, index_mtime, converts))
 }
 
 thread_local! {
@@ -168,6 +251,64 @@ pub fn blob_id_checked(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attribute_lines_that_can_convert_bytes_are_told_apart() {
+        for converting in [
+            "* text=auto",
+            "*.sh eol=lf",
+            "*.bat text eol=crlf",
+            "*.psd filter=lfs diff=lfs merge=lfs -text",
+            "secret/** filter=git-crypt diff=git-crypt",
+            "*.c ident",
+            "*.txt working-tree-encoding=UTF-16LE",
+            "[attr]big filter=lfs",
+            "*.vcproj crlf=input",
+            "  *.md   TEXT",
+        ] {
+            assert!(attributes_convert(converting.as_bytes()), "{converting}");
+        }
+        for harmless in [
+            "*.png binary",
+            "*.jpg -text -diff",
+            "*.lock !eol linguist-generated",
+            "# * text=auto",
+            "docs/** linguist-documentation",
+            "text.md diff=markdown",
+            "",
+        ] {
+            assert!(!attributes_convert(harmless.as_bytes()), "{harmless}");
+        }
+        assert!(attributes_convert(b"*.png binary\n* text=auto\n"));
+    }
+
+    #[test]
+    fn a_repository_may_convert_through_its_info_attributes_or_autocrlf() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        std::fs::write(dir.path().join(".gitattributes"), "*.png binary\n").unwrap();
+        let worktree = [b".gitattributes".as_slice()];
+        // (The user's and the system's files are read too; on a machine where
+        // they convert, only the "may" half of this test means anything.)
+        let baseline = may_convert(&repo, dir.path(), worktree);
+        std::fs::write(dir.path().join(".gitattributes"), "*.png binary\n* text\n").unwrap();
+        assert!(may_convert(&repo, dir.path(), worktree));
+        std::fs::write(dir.path().join(".gitattributes"), "*.png binary\n").unwrap();
+        std::fs::create_dir_all(repo.path().join("info")).unwrap();
+        std::fs::write(repo.path().join("info/attributes"), "*.bin filter=lfs\n").unwrap();
+        assert!(may_convert(&repo, dir.path(), worktree));
+        std::fs::remove_file(repo.path().join("info/attributes")).unwrap();
+        repo.config()
+            .unwrap()
+            .set_str("core.autocrlf", "input")
+            .unwrap();
+        assert!(may_convert(&repo, dir.path(), worktree));
+        repo.config()
+            .unwrap()
+            .set_str("core.autocrlf", "false")
+            .unwrap();
+        assert_eq!(may_convert(&repo, dir.path(), worktree), baseline);
+    }
 
     #[test]
     fn blob_ids_match_libgit2() {

@@ -386,6 +386,9 @@ fn store(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<ContentHash>
 struct GitIndex {
     map: HashMap<Vec<u8>, crate::git::IndexStat>,
     mtime_ns: i64,
+    /// Git may store some files as other bytes than they hold
+    /// ([`crate::git::may_convert`]).
+    converts: bool,
 }
 
 fn git_clean_oid(gi: &GitIndex, key: &[u8], e: &Entry) -> Option<[u8; 20]> {
@@ -527,18 +530,58 @@ fn fresh(
         || pending
             .iter()
             .any(|&i| walked[i].1.size > cfg.max_blob_bytes))
-    .then(|| crate::git::index_stats(ws.root()).map(|(map, mtime_ns)| GitIndex { map, mtime_ns }))
+    .then(|| {
+        let attribute_files = walked
+            .iter()
+            .map(|(k, _)| k.as_slice())
+            .filter(|k| k.rsplit(|&b| b == b'/').next() == Some(b".gitattributes"));
+        crate::git::index_stats(ws.root(), attribute_files).map(|(map, mtime_ns, converts)| {
+            GitIndex {
+                map,
+                mtime_ns,
+                converts,
+            }
+        })
+    })
     .flatten();
     // Entries whose content must be read and stored: done after the loop,
     // on two threads when there are many (a shell call that wrote files).
     let mut to_store: Vec<(usize, RelPath)> = Vec::new();
+    let mut to_check = Vec::new();
     for i in pending {
         let (key, e) = &mut walked[i];
         if let Some(gi) = &git
             && let Some(oid) = git_clean_oid(gi, key, e)
         {
-            e.git_oid = Some(oid);
-        } else if e.size <= cfg.max_blob_bytes {
+            if !gi.converts {
+                e.git_oid = Some(oid);
+            } else if e.size <= cfg.max_blob_bytes {
+                e.git_oid = Some(oid);
+                to_check.push(i);
+            }
+            // (Too big to read here: no identity, like any file too big to store.)
+            continue;
+        }
+        if e.size <= cfg.max_blob_bytes {
+            let Ok(rel) = RelPath::from_ledger(key) else {
+                dropped.push(i);
+                continue;
+            };
+            to_store.push((i, rel));
+        }
+    }
+    // Where git converts bytes on their way into its objects (a filter such
+    // as Git LFS or git-crypt, end-of-line conversion), a stat-clean entry's
+    // blob may not be the file's bytes: it stands in for the file only when
+    // the file hashes to it; otherwise the file is stored like any other.
+    let checked = crate::par::map(&to_check, |&i| same_content(ws, &walked[i]));
+    for (&i, same) in to_check.iter().zip(checked) {
+        if same {
+            continue;
+        }
+        let (key, e) = &mut walked[i];
+        e.git_oid = None;
+        if e.size <= cfg.max_blob_bytes {
             let Ok(rel) = RelPath::from_ledger(key) else {
                 dropped.push(i);
                 continue;
@@ -550,6 +593,7 @@ fn fresh(
     for ((i, _), hash) in to_store.iter().zip(stored) {
         walked[*i].1.hash = hash?;
     }
+    dropped.sort_unstable();
     let unchanged =
         dirs_same && old.is_some_and(|o| kept == o.entries.len() && kept == walked.len());
     Ok(Fresh {

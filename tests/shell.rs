@@ -186,6 +186,55 @@ fn first_use_copies_nothing_that_is_clean_against_git() {
     );
 }
 
+/// Where git converts a file's bytes on their way into its objects (a clean
+/// filter, as Git LFS and git-crypt have; `core.autocrlf = input` with a
+/// CRLF file), the stat-clean index entry's blob is not the file's content:
+/// undoing a shell call must restore the bytes the user had, not the blob's.
+/// (Before, the filtered file came back as the blob's upper-case bytes and the
+/// CRLF file with LF endings.)
+#[test]
+fn a_file_git_stores_converted_is_restored_as_it_was_not_as_its_blob() {
+    for setup in ["filter", "autocrlf"] {
+        let Some(env) = repo() else {
+            return;
+        };
+        let (name, user): (&str, &[u8]) = match setup {
+            "filter" => {
+                git(&env, &["config", "filter.up.clean", "tr a-z A-Z"]);
+                git(&env, &["config", "filter.up.smudge", "cat"]);
+                env.write(".gitattributes", b"*.up filter=up\n*.png binary\n");
+                ("x.up", b"the user's own bytes\n")
+            }
+            _ => {
+                git(&env, &["config", "core.autocrlf", "input"]);
+                ("w.txt", b"windows\r\nline endings\r\n")
+            }
+        };
+        env.write(name, user);
+        git(&env, &["add", "-A"]);
+        git(&env, &["commit", "-qm", setup]);
+        // Git calls the file clean, yet its blob holds other bytes.
+        assert_eq!(git(&env, &["status", "--porcelain"]), "", "{setup}");
+        let blob = git(&env, &["cat-file", "-p", &format!("HEAD:{name}")]);
+        assert_ne!(blob.as_bytes(), user, "{setup}: the blob must differ");
+        let cmd = format!("printf changed > {name}; printf more >> src/a.txt");
+        let r = env.ckpt(&["exec", "--", "sh", "-c", &cmd]);
+        assert_eq!(r.code, 0, "{setup}: {}", r.stderr);
+        let r = env.ckpt(&["rollback", "--last", "1"]);
+        assert_eq!(r.code, 0, "{setup}: {}", r.stderr);
+        assert_eq!(
+            std::fs::read(env.ws.join(name)).unwrap(),
+            user,
+            "{setup}: the user's bytes, not the blob's"
+        );
+        assert_eq!(
+            std::fs::read(env.ws.join("src/a.txt")).unwrap(),
+            b"one\ntwo\nthree\n",
+            "{setup}"
+        );
+    }
+}
+
 #[test]
 fn outside_git_gitignore_and_config_ignores_are_honoured() {
     let env = TestEnv::init();
