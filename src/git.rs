@@ -134,6 +134,16 @@ pub fn may_convert<'a>(
     others.iter().any(|p| converts(p))
 }
 
+/// [`may_convert`] for the repository whose work tree is `root`; `false`
+/// outside one.
+pub fn repo_may_convert<'a>(
+    root: &Path,
+    worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+) -> bool {
+    git2::Repository::open(root)
+        .is_ok_and(|repo| may_convert(&repo, root, worktree_attribute_files))
+}
+
 /// Whether the text of an attributes file sets a converting attribute (a
 /// macro that does, `[attr]lfs filter=lfs`, counts too).
 fn attributes_convert(text: &[u8]) -> bool {

@@ -63,7 +63,11 @@ pub const RACY_NS: i64 = 50_000_000;
 /// clean against it (and not copy them); fewer are read and stored.
 const GIT_INDEX_FROM: usize = 256;
 
-const MAGIC: &[u8; 8] = b"CKPTSNP3";
+const MAGIC: &[u8; 8] = b"CKPTSNP4";
+/// Snapshots dated by the file system's clock whose git identities were
+/// taken by stat alone, before ckpt checked for git's conversions (filters,
+/// end-of-line): see [`Snapshot::git_unchecked`].
+const MAGIC_GIT_UNCHECKED: &[u8; 8] = b"CKPTSNP3";
 /// Snapshots dated by the wall clock at the walk's start (their entries were
 /// racy within [`RACY_NS`] of it): read with the date moved back by that much.
 const MAGIC_WALL_CLOCK: &[u8; 8] = b"CKPTSNP2";
@@ -138,6 +142,10 @@ pub struct Snapshot {
     /// The walk's fingerprint of the configuration's patterns and the global
     /// excludes file.
     pub global: u64,
+    /// Written by an older ckpt, which let a stat-clean git blob stand for a
+    /// file without asking whether git converts bytes (filters, end-of-line):
+    /// such a snapshot is not reused in a repository that may convert.
+    pub git_unchecked: bool,
 }
 
 /// One path a call changed.
@@ -255,9 +263,16 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
 /// Parses a snapshot; `None` when damaged (the caller rebuilds it).
 pub fn decode(b: &[u8]) -> Option<Snapshot> {
     use crate::binfile::{take, u32_le, u64_le as u64_};
-    let (mut r, margin) = match crate::binfile::unseal(b, MAGIC, 16) {
-        Some(r) => (r, 0),
-        None => (crate::binfile::unseal(b, MAGIC_WALL_CLOCK, 16)?, RACY_NS),
+    let (mut r, margin, git_unchecked) = if let Some(r) = crate::binfile::unseal(b, MAGIC, 16) {
+        (r, 0, false)
+    } else if let Some(r) = crate::binfile::unseal(b, MAGIC_GIT_UNCHECKED, 16) {
+        (r, 0, true)
+    } else {
+        (
+            crate::binfile::unseal(b, MAGIC_WALL_CLOCK, 16)?,
+            RACY_NS,
+            true,
+        )
     };
     let taken_ns = (u64_(&mut r)? as i64).saturating_sub(margin);
     let global = u64_(&mut r)?;
@@ -322,6 +337,7 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
         entries,
         dirs,
         global,
+        git_unchecked,
     })
 }
 
@@ -444,6 +460,7 @@ impl Fresh {
             entries,
             dirs: self.dirs,
             global: self.global,
+            git_unchecked: false,
         }
     }
 }
@@ -534,7 +551,7 @@ fn fresh(
         let attribute_files = walked
             .iter()
             .map(|(k, _)| k.as_slice())
-            .filter(|k| k.rsplit(|&b| b == b'/').next() == Some(b".gitattributes"));
+            .filter(|k| is_attributes_file(k));
         crate::git::index_stats(ws.root(), attribute_files).map(|(map, mtime_ns, converts)| {
             GitIndex {
                 map,
@@ -664,17 +681,39 @@ fn state_of(ws: &Workspace, e: &Entry) -> Result<Option<FileState>, WorkspaceErr
     }))
 }
 
+/// Whether a snapshot from an older ckpt holds git identities that may not
+/// be its files' bytes (the repository may convert them): it is then dropped,
+/// and the walk starts over as at first use. Checked only for such
+/// snapshots; the next one saved is of the current format.
+fn git_identities_suspect(ws: &Workspace, s: &Snapshot) -> bool {
+    s.git_unchecked
+        && s.entries.iter().any(|(_, e)| e.git_oid.is_some())
+        && crate::git::repo_may_convert(
+            ws.root(),
+            s.entries
+                .iter()
+                .map(|(k, _)| k.as_slice())
+                .filter(|k| is_attributes_file(k)),
+        )
+}
+
+/// Whether a walk key names a `.gitattributes` file.
+fn is_attributes_file(key: &[u8]) -> bool {
+    key.rsplit(|&b| b == b'/').next() == Some(b".gitattributes")
+}
+
 /// Takes the snapshot a shell call starts from, saves it for the call's post
 /// hook under `key`, and makes it the workspace's current one (one write, then
 /// a hard link: the file is never changed after it is written).
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
-    let old = load_file(&dir, "snapshot.bin");
+    let old = load_file(&dir, "snapshot.bin").filter(|(s, _)| !git_identities_suspect(ws, s));
     let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
     if fresh.unchanged
+        && old.as_ref().is_some_and(|(s, _)| !s.git_unchecked)
         && let Some((old, ino)) = old
     {
         // Nothing moved since the current snapshot: it is the call's too (a
@@ -992,6 +1031,56 @@ mod tests {
         old[..8].copy_from_slice(MAGIC_WALL_CLOCK);
         crate::binfile::seal(&mut old);
         assert_eq!(decode(&old).unwrap().taken_ns, s.taken_ns - RACY_NS);
+        assert!(decode(&old).unwrap().git_unchecked);
         assert_eq!(decode(&encode(&s)).unwrap().taken_ns, s.taken_ns);
+        assert!(!decode(&encode(&s)).unwrap().git_unchecked);
+    }
+
+    /// A snapshot an older ckpt wrote let git blobs stand for files by stat
+    /// alone; in a repository that may convert bytes (here `* text`) it is
+    /// not reused: the walk starts over and the file's own bytes are stored.
+    /// Elsewhere it is reused as it is.
+    #[test]
+    fn an_older_snapshot_with_git_identities_is_dropped_where_git_may_convert() {
+        for attributes in [Some("* text\n"), None] {
+            let t = tempfile::tempdir().unwrap();
+            git2::Repository::init(t.path()).unwrap();
+            std::fs::write(t.path().join("f.txt"), b"what is there\r\n").unwrap();
+            if let Some(a) = attributes {
+                std::fs::write(t.path().join(".gitattributes"), a).unwrap();
+            }
+            let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
+            let cfg = Config::default();
+            let mut old = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), None)
+                .unwrap()
+                .into_snapshot();
+            // What an older ckpt could have recorded: a blob id for the file
+            // (git's cleaned bytes, not the file's).
+            let blob = crate::git::blob_id(b"what is there\n");
+            let mut oid = [0u8; 20];
+            for (i, b) in oid.iter_mut().enumerate() {
+                *b = u8::from_str_radix(&blob[2 * i..2 * i + 2], 16).unwrap();
+            }
+            for (k, e) in &mut old.entries {
+                if k == b"f.txt" {
+                    e.hash = None;
+                    e.git_oid = Some(oid);
+                }
+            }
+            let mut bytes = encode(&old);
+            bytes.truncate(bytes.len() - 32);
+            bytes[..8].copy_from_slice(MAGIC_GIT_UNCHECKED);
+            crate::binfile::seal(&mut bytes);
+            std::fs::write(t.path().join(".agent-runtime/index/snapshot.bin"), bytes).unwrap();
+            let snap = pre(&ws, &cfg, "k").unwrap();
+            let f = entry(&snap.entries, b"f.txt");
+            if attributes.is_some() {
+                assert_eq!(f.git_oid, None);
+                assert_eq!(f.hash, Some(ContentHash::of(b"what is there\r\n")));
+            } else {
+                assert_eq!(f.git_oid, Some(oid), "reused where git converts nothing");
+            }
+            assert!(!snap.git_unchecked);
+        }
     }
 }
