@@ -308,6 +308,10 @@ fn main() {
             .map(|_| workload::known_path_floor(&known).unwrap())
             .collect();
         let kfloor = stats(&mut kfloor);
+        let mut kfloor2: Vec<Duration> = (0..n_shell)
+            .map(|_| workload::known_path_floor_2t(&known).unwrap())
+            .collect();
+        let kfloor2 = stats(&mut kfloor2);
         push(
             "pre+post around a shell command that changes nothing",
             col,
@@ -373,23 +377,42 @@ fn main() {
             hundred.to_string(),
         );
         // PERFORMANCE.md §3.7's own target for this case is the post hook
-        // alone: ≤ 1.5 × the scan + 25 ms for storing the 100 contents.
+        // alone: ≤ 1.5 × the scan + 25 ms for storing the 100 contents. Its
+        // "scan" is the known-path scan on two threads; the one-thread floor
+        // (up to twice as slow on the big trees) gives a looser target, shown
+        // for comparison with earlier runs.
         let hundred_post = stats(&mut hundred_post);
-        let target = kfloor.median.mul_f64(1.5) + Duration::from_millis(25);
         push("  the post hook alone", col, hundred_post.to_string());
         push(
-            "  PERFORMANCE.md target for the post: 1.5 × known-path floor + 25 ms",
+            "known-path floor on two threads (PERFORMANCE.md's scan)",
             col,
-            format!(
-                "{:.1} ms: {}",
-                target.as_secs_f64() * 1e3,
-                if hundred_post.median <= target {
-                    "met"
-                } else {
-                    "not met"
-                }
-            ),
+            kfloor2.to_string(),
         );
+        for (label, floor) in [
+            (
+                "  PERFORMANCE.md target for the post: 1.5 × two-thread known-path floor + 25 ms",
+                kfloor2.median,
+            ),
+            (
+                "  (looser: 1.5 × one-thread known-path floor + 25 ms)",
+                kfloor.median,
+            ),
+        ] {
+            let target = floor.mul_f64(1.5) + Duration::from_millis(25);
+            push(
+                label,
+                col,
+                format!(
+                    "{:.1} ms: {}",
+                    target.as_secs_f64() * 1e3,
+                    if hundred_post.median <= target {
+                        "met"
+                    } else {
+                        "not met"
+                    }
+                ),
+            );
+        }
 
         let rss = peak_rss_kb(&ws, &bash(&ws, "PreToolUse", "rss"));
         push(
