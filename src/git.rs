@@ -15,11 +15,11 @@ pub fn init() {
     });
 }
 
-/// Reads HEAD, branch and dirtiness of the repository whose work tree is `root`.
-/// Returns `None` when `root` is not the top of a git work tree.
+/// Reads HEAD, branch and dirtiness of the repository the workspace at
+/// `root` lies in (its top level, or a folder of it). Returns `None` outside
+/// a git work tree.
 pub fn state(root: &Path) -> Option<GitState> {
-    let repo = git2::Repository::open(root).ok()?;
-    repo.workdir()?;
+    let (repo, _) = open_containing(root)?;
     let (head, branch) = match repo.head() {
         Ok(h) => (
             h.target().map(|o| o.to_string()),
@@ -73,6 +73,9 @@ pub struct IndexStat {
     pub ino32: u32,
     /// git mode (`0o100644`, `0o100755`, `0o120000`).
     pub mode: u32,
+    /// The mtime of the index file the entry is from: an entry whose file
+    /// was modified at or after it is "racy" and not trusted.
+    pub index_mtime_ns: i64,
 }
 
 /// Words that, in an attributes file, can make a file's bytes differ from
@@ -140,8 +143,8 @@ pub fn repo_may_convert<'a>(
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
 ) -> bool {
-    git2::Repository::open(root)
-        .is_ok_and(|repo| may_convert(&repo, root, worktree_attribute_files))
+    open_containing(root)
+        .is_some_and(|(repo, _)| may_convert(&repo, root, worktree_attribute_files))
 }
 
 /// Whether the text of an attributes file sets a converting attribute (a
@@ -161,35 +164,121 @@ fn attributes_convert(text: &[u8]) -> bool {
     })
 }
 
-/// Reads the index of the repository whose work tree is `root`: path → stat and
-/// blob id, plus the index file's own mtime (entries modified at or after it are
-/// "racy" and not trusted), and whether git may convert files' bytes on their
-/// way into the index ([`may_convert`]; then a stat-clean entry's blob must be
-/// checked against the file before it stands in for it). Returns `None`
-/// outside a repository.
+/// The repository a workspace at `root` lies in (its top level, or a
+/// directory above it: a workspace may be one folder of a bigger repository),
+/// with `root`'s path inside that repository's work tree (`""` or
+/// `"pkg/"`): its index paths start with it.
+fn open_containing(root: &Path) -> Option<(git2::Repository, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let repo = git2::Repository::open_ext(
+        root,
+        git2::RepositoryOpenFlags::empty(),
+        std::iter::empty::<&std::ffi::OsStr>(),
+    )
+    .ok()?;
+    let top = repo.workdir()?.canonicalize().ok()?;
+    let here = root.canonicalize().ok()?;
+    let mut inner = here
+        .strip_prefix(&top)
+        .ok()?
+        .as_os_str()
+        .as_bytes()
+        .to_vec();
+    if !inner.is_empty() {
+        inner.push(b'/');
+    }
+    Some((repo, inner))
+}
+
+/// How deep submodules inside submodules are followed.
+const SUBMODULE_DEPTH: usize = 3;
+/// At most this many submodules are read.
+const SUBMODULES_MAX: usize = 256;
+
+/// Reads the index of the repository a workspace at `root` lies in, and of
+/// the submodules checked out inside the workspace: workspace path → stat
+/// data, blob id and its index file's mtime; and whether git may convert
+/// files' bytes on their way into any of those indexes ([`may_convert`];
+/// then a stat-clean entry's blob must be checked against the file before it
+/// stands in for it). A submodule's files are clean against its own index,
+/// and their blobs are in its own object database ([`read_blob`] looks
+/// there). Returns `None` outside a repository.
 pub fn index_stats<'a>(
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
-) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, i64, bool)> {
-    let repo = git2::Repository::open(root).ok()?;
-    let converts = may_convert(&repo, root, worktree_attribute_files);
+) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, bool)> {
+    let attributes: Vec<&[u8]> = worktree_attribute_files.into_iter().collect();
+    let (repo, inner) = open_containing(root)?;
+    let mut converts = may_convert(&repo, root, attributes.iter().copied());
+    let mut map = std::collections::HashMap::new();
+    let mut gitlinks = Vec::new();
+    read_index(&repo, &inner, b"", &mut map, &mut gitlinks)?;
+    let mut read = 0;
+    let mut level = 0;
+    while !gitlinks.is_empty() && level < SUBMODULE_DEPTH {
+        level += 1;
+        for key in std::mem::take(&mut gitlinks) {
+            if read == SUBMODULES_MAX {
+                break;
+            }
+            use std::os::unix::ffi::OsStrExt;
+            let dir = root.join(std::ffi::OsStr::from_bytes(&key));
+            // Only a checked-out submodule (its own work tree right there).
+            let Ok(sub) = git2::Repository::open(&dir) else {
+                continue;
+            };
+            if sub.workdir().and_then(|w| w.canonicalize().ok()) != dir.canonicalize().ok() {
+                continue;
+            }
+            read += 1;
+            converts = converts || may_convert(&sub, root, attributes.iter().copied());
+            let mut prefix = key;
+            prefix.push(b'/');
+            let _ = read_index(&sub, b"", &prefix, &mut map, &mut gitlinks);
+        }
+    }
+    Some((map, converts))
+}
+
+/// Adds the entries of `repo`'s index whose path starts with `strip` to
+/// `map`, keyed by `add` + the rest of the path; submodules (gitlinks) go to
+/// `gitlinks` under the same key.
+fn read_index(
+    repo: &git2::Repository,
+    strip: &[u8],
+    add: &[u8],
+    map: &mut std::collections::HashMap<Vec<u8>, IndexStat>,
+    gitlinks: &mut Vec<Vec<u8>>,
+) -> Option<()> {
     let index = repo.index().ok()?;
-    let index_mtime = std::fs::metadata(repo.path().join("index"))
+    let index_mtime_ns = std::fs::metadata(repo.path().join("index"))
         .ok()
         .and_then(|m| m.modified().ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0);
-    let mut map = std::collections::HashMap::with_capacity(index.len());
+    map.reserve(index.len());
     for e in index.iter() {
-        // Skip entries in a merge conflict (stage != 0) and intent-to-add ones.
+        // Skip entries in a merge conflict (stage != 0).
         if (e.flags >> 12) & 3 != 0 {
+            continue;
+        }
+        let Some(rest) = e.path.strip_prefix(strip) else {
+            continue;
+        };
+        let key = if add.is_empty() {
+            rest.to_vec()
+        } else {
+            [add, rest].concat()
+        };
+        if e.mode == 0o160000 {
+            gitlinks.push(key);
             continue;
         }
         let mut oid = [0u8; 20];
         oid.copy_from_slice(e.id.as_bytes());
         map.insert(
-            e.path,
+            key,
             IndexStat {
                 oid,
                 mtime_s: e.mtime.seconds() as i64,
@@ -197,20 +286,49 @@ pub fn index_stats<'a>(
                 size32: e.file_size,
                 ino32: e.ino,
                 mode: e.mode,
+                index_mtime_ns,
             },
         );
     }
-    Some((map, index_mtime, converts))
+    Some(())
+}
+
+/// The submodules checked out in `repo`'s work tree, and theirs, up to
+/// [`SUBMODULE_DEPTH`] levels and [`SUBMODULES_MAX`] in all.
+fn submodule_repos(repo: &git2::Repository, out: &mut Vec<git2::Repository>, depth: usize) {
+    let (Some(top), Ok(subs)) = (repo.workdir(), repo.submodules()) else {
+        return;
+    };
+    for sm in subs {
+        if out.len() >= SUBMODULES_MAX {
+            return;
+        }
+        if let Ok(sub) = git2::Repository::open(top.join(sm.path())) {
+            if depth > 1 {
+                submodule_repos(&sub, out, depth - 1);
+            }
+            out.push(sub);
+        }
+    }
 }
 
 thread_local! {
     // Opening a repository costs a few hundred microseconds; a shell post may
-    // read hundreds of blobs from the same one.
-    static REPO: std::cell::RefCell<Option<(std::path::PathBuf, git2::Repository)>> =
-        const { std::cell::RefCell::new(None) };
+    // read hundreds of blobs from the same one. The repository the workspace
+    // lies in first; its submodules are opened the first time a blob is not
+    // found there.
+    static REPOS: std::cell::RefCell<Option<RepoCache>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Reads a blob from the repository's object database (never writes to it).
+struct RepoCache {
+    root: std::path::PathBuf,
+    repos: Vec<git2::Repository>,
+    submodules_opened: bool,
+}
+
+/// Reads a blob from the object database of the repository the workspace at
+/// `root` lies in, or of a submodule checked out in it (never writes to
+/// them).
 ///
 /// The bytes are checked against `oid` with the SHA-NI `sha1` crate rather
 /// than by libgit2's collision-detecting SHA1DC (~4× slower here; SHA1DC was
@@ -220,15 +338,34 @@ thread_local! {
 pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
     let want = *oid;
     let oid = git2::Oid::from_bytes(oid).ok()?;
-    let bytes = REPO.with(|cell| {
+    let bytes = REPOS.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if slot.as_ref().is_none_or(|(p, _)| p != root) {
+        if slot.as_ref().is_none_or(|c| c.root != root) {
             git2::opts::strict_hash_verification(false);
-            *slot = Some((root.to_path_buf(), git2::Repository::open(root).ok()?));
+            *slot = Some(RepoCache {
+                root: root.to_path_buf(),
+                repos: open_containing(root).map(|(r, _)| r).into_iter().collect(),
+                submodules_opened: false,
+            });
         }
-        let (_, repo) = slot.as_ref()?;
-        let blob = repo.find_blob(oid).ok()?;
-        Some(blob.content().to_vec())
+        let cache = slot.as_mut()?;
+        let find = |repos: &[git2::Repository]| {
+            repos
+                .iter()
+                .find_map(|r| r.find_blob(oid).ok().map(|b| b.content().to_vec()))
+        };
+        if let Some(b) = find(&cache.repos) {
+            return Some(b);
+        }
+        if cache.submodules_opened || cache.repos.is_empty() {
+            return None;
+        }
+        cache.submodules_opened = true;
+        let mut subs = Vec::new();
+        submodule_repos(&cache.repos[0], &mut subs, SUBMODULE_DEPTH);
+        let found = find(&subs);
+        cache.repos.extend(subs);
+        found
     })?;
     (blob_id(&bytes) == crate::hash::hex(&want)).then_some(bytes)
 }

@@ -401,7 +401,6 @@ fn store(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<ContentHash>
 
 struct GitIndex {
     map: HashMap<Vec<u8>, crate::git::IndexStat>,
-    mtime_ns: i64,
     /// Git may store some files as other bytes than they hold
     /// ([`crate::git::may_convert`]).
     converts: bool,
@@ -422,7 +421,7 @@ fn git_clean_oid(gi: &GitIndex, key: &[u8], e: &Entry) -> Option<[u8; 20]> {
         && s.mtime_s == e.mtime_ns.div_euclid(1_000_000_000)
         && (s.mtime_ns == 0 || i64::from(s.mtime_ns) == e.mtime_ns.rem_euclid(1_000_000_000))
         // Racily clean entries (written in the same tick as the index) are not trusted.
-        && e.mtime_ns < gi.mtime_ns;
+        && e.mtime_ns < s.index_mtime_ns;
     ok.then_some(s.oid)
 }
 
@@ -552,13 +551,8 @@ fn fresh(
             .iter()
             .map(|(k, _)| k.as_slice())
             .filter(|k| is_attributes_file(k));
-        crate::git::index_stats(ws.root(), attribute_files).map(|(map, mtime_ns, converts)| {
-            GitIndex {
-                map,
-                mtime_ns,
-                converts,
-            }
-        })
+        crate::git::index_stats(ws.root(), attribute_files)
+            .map(|(map, converts)| GitIndex { map, converts })
     })
     .flatten();
     // Entries whose content must be read and stored: done after the loop,

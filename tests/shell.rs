@@ -8,10 +8,15 @@ use crate::common::TestEnv;
 
 /// Runs git in the workspace; returns its stdout.
 fn git(env: &TestEnv, args: &[&str]) -> String {
+    git_at(&env.ws, &env.home, args)
+}
+
+/// [`git`] in another directory.
+fn git_at(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(args)
-        .current_dir(&env.ws)
-        .env("HOME", &env.home)
+        .current_dir(dir)
+        .env("HOME", home)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_AUTHOR_NAME", "t")
         .env("GIT_AUTHOR_EMAIL", "t@e")
@@ -233,6 +238,91 @@ fn a_file_git_stores_converted_is_restored_as_it_was_not_as_its_blob() {
             "{setup}"
         );
     }
+}
+
+/// A workspace that is one folder of a bigger repository, and a submodule
+/// checked out inside a workspace: their files are clean against their own
+/// repository's index, so first use copies none of them, and a shell call's
+/// change to one is undone from that repository's objects. (Before, both were
+/// copied whole at first use: the index was matched only when the workspace
+/// was the repository's top level, and a submodule's files are not in the
+/// superproject's index.)
+#[test]
+fn a_folder_of_a_repository_and_a_submodule_are_clean_against_their_own_index() {
+    let Some(env) = repo() else {
+        return;
+    };
+    let lib = env.dir.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    for i in 0..5 {
+        std::fs::write(lib.join(format!("l{i}.txt")), format!("lib {i}\n")).unwrap();
+    }
+    let in_lib = |args: &[&str]| {
+        git_at(&lib, &env.home, args);
+    };
+    in_lib(&["init", "-q"]);
+    in_lib(&["add", "-A"]);
+    in_lib(&["commit", "-qm", "lib"]);
+    let url = lib.to_str().unwrap();
+    git(
+        &env,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            url,
+            "vendor/lib",
+        ],
+    );
+    git(&env, &["commit", "-qm", "submodule"]);
+    // The clone wrote the submodule's files and index in one clock tick:
+    // racily clean, so not trusted by stat. A later `git status` rewrites
+    // that index (git does when it finds racy entries), as it would be by
+    // the time an agent runs there.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    git(&env, &["-C", "vendor/lib", "status", "--porcelain"]);
+
+    // The whole repository as the workspace: the submodule's files too.
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(blob_count(&env), 0, "nothing is copied at first use");
+    let r = env.ckpt(&["exec", "--", "sh", "-c", "printf agent > vendor/lib/l2.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("could not be stored"), "{}", r.stderr);
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(env.ws.join("vendor/lib/l2.txt")).unwrap(),
+        b"lib 2\n"
+    );
+
+    // One folder of it as the workspace.
+    let src = env.ws.join("src");
+    let in_src = [("CKPT_WORKSPACE", src.to_str().unwrap())];
+    let r = env.ckpt_env(&["exec", "--", "true"], &in_src);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        !src.join(".agent-runtime/artifacts/blobs").exists()
+            || std::fs::read_dir(src.join(".agent-runtime/artifacts/blobs"))
+                .unwrap()
+                .all(|d| std::fs::read_dir(d.unwrap().path())
+                    .unwrap()
+                    .next()
+                    .is_none()),
+        "nothing is copied at first use"
+    );
+    let cmd = format!("printf agent > {}/a.txt", src.display());
+    let r = env.ckpt_env(&["exec", "--", "sh", "-c", &cmd], &in_src);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("could not be stored"), "{}", r.stderr);
+    let r = env.ckpt_env(&["rollback", "--last", "1"], &in_src);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(src.join("a.txt")).unwrap(),
+        b"one\ntwo\nthree\n"
+    );
 }
 
 #[test]
