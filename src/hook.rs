@@ -401,7 +401,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     let scan = ev.capture == Capture::Scan;
     if scan {
         let batch = BatchDurability::start(ws);
-        crate::scan::pre(ws, cfg, &key)?;
+        crate::dispose(crate::scan::pre(ws, cfg, &key)?);
         batch.finish()?;
     }
     crate::failpoint::hit("hook.pre.after_snapshot")
@@ -591,6 +591,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // see: name them all rather than guess (issue 3).
                 let others = open_scan_calls(ws, &call);
                 let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
+                crate::dispose(pre_snap);
                 for u in &unknown {
                     warnings.push(format!(
                         "`{}` changed, but its content before or after the call could not be stored ({}): not recorded, and a rollback will not touch it",

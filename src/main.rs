@@ -7,6 +7,7 @@ fn main() {
     // Still one thread: the only moment the umask can be read safely.
     ckpt::fs_util::learn_umask();
     tune_allocator();
+    ckpt::short_lived_process();
     std::process::exit(cli::main());
 }
 

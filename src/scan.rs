@@ -706,9 +706,15 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
-    if fresh.unchanged
-        && old.as_ref().is_some_and(|(s, _)| !s.git_unchecked)
-        && let Some((old, ino)) = old
+    // (Only a snapshot that still describes the workspace is of use below.)
+    let old = if fresh.unchanged {
+        old
+    } else {
+        crate::dispose(old);
+        None
+    };
+    if let Some((old, ino)) = old
+        && !old.git_unchecked
     {
         // Nothing moved since the current snapshot: it is the call's too (a
         // second name; nothing is written or synced). A leftover file of the
@@ -721,10 +727,12 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
                 rustix::fs::statat(&calls, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                     .is_ok_and(|st| st.st_ino == ino);
             if same {
+                crate::dispose(fresh);
                 return Ok(old);
             }
             let _ = rustix::fs::unlinkat(&calls, name.as_str(), none);
         }
+        crate::dispose(old);
     }
     let snap = fresh.into_snapshot();
     save(&calls, &name, &snap)?;
@@ -774,6 +782,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
     if fresh.unchanged {
         // The call changed nothing: the current snapshot (the pre one, or a
         // newer one another call saved since) stays.
+        crate::dispose(fresh);
         return Ok(Scanned::default());
     }
     let mut changes = Vec::new();
@@ -894,7 +903,9 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         }
     }
     pair_renames(&mut changes);
-    save(&dir, "snapshot.bin", &fresh.into_snapshot())?;
+    let now = fresh.into_snapshot();
+    save(&dir, "snapshot.bin", &now)?;
+    crate::dispose(now);
     Ok(Scanned { changes, unknown })
 }
 
