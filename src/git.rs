@@ -107,15 +107,18 @@ pub fn may_convert<'a>(
     if autocrlf.is_some_and(|v| matches!(v.as_str(), "true" | "yes" | "on" | "1" | "input")) {
         return true;
     }
-    let converts = |path: &Path| -> bool {
-        match std::fs::read(path) {
-            Ok(text) => attributes_convert(&text),
-            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    let converts = |path: &Path, follow: bool| -> bool {
+        match read_attributes_file(path, follow) {
+            Ok(Some(text)) => attributes_convert(&text),
+            Ok(None) => false,
+            Err(_) => true,
         }
     };
     use std::os::unix::ffi::OsStrExt;
     for rel in worktree_attribute_files {
-        if converts(&root.join(std::ffi::OsStr::from_bytes(rel))) {
+        // Like git (2.32 on), a `.gitattributes` in the work tree is never
+        // read through a symlink.
+        if converts(&root.join(std::ffi::OsStr::from_bytes(rel)), false) {
             return true;
         }
     }
@@ -134,7 +137,44 @@ pub fn may_convert<'a>(
         std::path::PathBuf::from("/etc/gitattributes"),
     ];
     others.extend(user);
-    others.iter().any(|p| converts(p))
+    others.iter().any(|p| converts(p, true))
+}
+
+/// Larger attributes files are not read: they count as converting.
+const ATTRIBUTES_MAX: u64 = 1 << 20;
+
+/// An attributes file's text: `Ok(None)` when there is none (absent, or a
+/// symlink where `follow` is false, as git ignores one in the work tree);
+/// `Err` when it cannot be read whole, is not a regular file (a FIFO or a
+/// device is never waited on or read) or is above [`ATTRIBUTES_MAX`].
+fn read_attributes_file(path: &Path, follow: bool) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // O_NOFOLLOW on a symlink.
+        Err(e) if !follow && e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.len() > ATTRIBUTES_MAX {
+        return Err(std::io::Error::other("not a small regular file"));
+    }
+    let mut text = Vec::with_capacity(meta.len() as usize);
+    f.take(ATTRIBUTES_MAX + 1).read_to_end(&mut text)?;
+    if text.len() as u64 > ATTRIBUTES_MAX {
+        return Err(std::io::Error::other("grew past the limit"));
+    }
+    Ok(Some(text))
 }
 
 /// [`may_convert`] for the repository whose work tree is `root`; `false`

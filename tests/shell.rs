@@ -325,6 +325,50 @@ fn a_folder_of_a_repository_and_a_submodule_are_clean_against_their_own_index() 
     );
 }
 
+/// A `.gitattributes` that is a symlink to a FIFO or to `/dev/zero` (hostile
+/// input) neither hangs nor exhausts a hook: like git, ckpt never reads one
+/// through a symlink, and reads attributes files only when they are small
+/// regular files. (Fails on the first version of the conversion check: the
+/// FIFO blocked forever, `/dev/zero` was read without end.)
+#[test]
+fn a_gitattributes_symlink_to_a_fifo_or_a_device_never_hangs_a_hook() {
+    for target in ["fifo", "/dev/zero"] {
+        let Some(env) = repo() else {
+            return;
+        };
+        if target == "fifo" {
+            let made = std::process::Command::new("mkfifo")
+                .arg(env.ws.join("pipe"))
+                .status()
+                .unwrap();
+            assert!(made.success());
+            symlink("pipe", env.ws.join(".gitattributes")).unwrap();
+        } else {
+            symlink(target, env.ws.join(".gitattributes")).unwrap();
+        }
+        let mut child = env
+            .command(&["exec", "--", "true"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{target}: the hook did not finish in 20 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "{target}");
+        // The symlinked attributes count for nothing: clean files are not copied.
+        assert!(blob_count(&env) <= 1, "{target}: {}", blob_count(&env));
+    }
+}
+
 #[test]
 fn outside_git_gitignore_and_config_ignores_are_honoured() {
     let env = TestEnv::init();
