@@ -261,6 +261,11 @@ pub fn index_stats<'a>(
             if read == SUBMODULES_MAX {
                 break;
             }
+            // A gitlink path from the index is checked like any path from
+            // outside: nothing beyond the workspace is opened.
+            if crate::paths::RelPath::from_ledger(&key).is_err() {
+                continue;
+            }
             use std::os::unix::ffi::OsStrExt;
             let dir = root.join(std::ffi::OsStr::from_bytes(&key));
             // Only a checked-out submodule (its own work tree right there).
