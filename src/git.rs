@@ -99,31 +99,20 @@ pub fn may_convert<'a>(
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
 ) -> bool {
-    let cfg = repo.config().ok();
-    let autocrlf = cfg
-        .as_ref()
-        .and_then(|c| c.get_string("core.autocrlf").ok())
-        .map(|v| v.to_ascii_lowercase());
-    if autocrlf.is_some_and(|v| matches!(v.as_str(), "true" | "yes" | "on" | "1" | "input")) {
+    if repo_converts(repo) {
         return true;
     }
-    let converts = |path: &Path, follow: bool| -> bool {
-        match read_attributes_file(path, follow) {
-            Ok(Some(text)) => attributes_convert(&text),
-            Ok(None) => false,
-            Err(_) => true,
-        }
-    };
     use std::os::unix::ffi::OsStrExt;
     for rel in worktree_attribute_files {
         // Like git (2.32 on), a `.gitattributes` in the work tree is never
         // read through a symlink.
-        if converts(&root.join(std::ffi::OsStr::from_bytes(rel)), false) {
+        if file_converts(&root.join(std::ffi::OsStr::from_bytes(rel)), false) {
             return true;
         }
     }
-    let user = cfg
-        .as_ref()
+    let user = repo
+        .config()
+        .ok()
         .and_then(|c| c.get_path("core.attributesFile").ok())
         .or_else(|| {
             std::env::var_os("XDG_CONFIG_HOME")
@@ -132,12 +121,31 @@ pub fn may_convert<'a>(
                 .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
                 .map(|d| d.join("git/attributes"))
         });
-    let mut others = vec![
-        repo.path().join("info/attributes"),
-        std::path::PathBuf::from("/etc/gitattributes"),
-    ];
-    others.extend(user);
-    others.iter().any(|p| converts(p, true))
+    std::iter::once(std::path::PathBuf::from("/etc/gitattributes"))
+        .chain(user)
+        .any(|p| file_converts(&p, true))
+}
+
+/// What one repository adds to [`may_convert`]: its `core.autocrlf` and its
+/// `info/attributes` (a submodule has its own of both).
+fn repo_converts(repo: &git2::Repository) -> bool {
+    let autocrlf = repo
+        .config()
+        .ok()
+        .and_then(|c| c.get_string("core.autocrlf").ok())
+        .map(|v| v.to_ascii_lowercase());
+    autocrlf.is_some_and(|v| matches!(v.as_str(), "true" | "yes" | "on" | "1" | "input"))
+        || file_converts(&repo.path().join("info/attributes"), true)
+}
+
+/// Whether the attributes file at `path` sets a converting attribute; one
+/// that cannot be read safely counts as converting.
+fn file_converts(path: &Path, follow: bool) -> bool {
+    match read_attributes_file(path, follow) {
+        Ok(Some(text)) => attributes_convert(&text),
+        Ok(None) => false,
+        Err(_) => true,
+    }
 }
 
 /// Larger attributes files are not read: they count as converting.
@@ -247,9 +255,8 @@ pub fn index_stats<'a>(
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, bool)> {
-    let attributes: Vec<&[u8]> = worktree_attribute_files.into_iter().collect();
     let (repo, inner) = open_containing(root)?;
-    let mut converts = may_convert(&repo, root, attributes.iter().copied());
+    let mut converts = may_convert(&repo, root, worktree_attribute_files);
     let mut map = std::collections::HashMap::new();
     let mut gitlinks = Vec::new();
     read_index(&repo, &inner, b"", &mut map, &mut gitlinks)?;
@@ -276,7 +283,9 @@ pub fn index_stats<'a>(
                 continue;
             }
             read += 1;
-            converts = converts || may_convert(&sub, root, attributes.iter().copied());
+            // The work tree's, the user's and the system's attributes were
+            // read above; the submodule adds its own config and info file.
+            converts = converts || repo_converts(&sub);
             let mut prefix = key;
             prefix.push(b'/');
             let _ = read_index(&sub, b"", &prefix, &mut map, &mut gitlinks);

@@ -128,7 +128,7 @@ pub(crate) fn test_no_fsync() -> bool {
     TEST_NO_FSYNC.load(Ordering::Relaxed)
 }
 
-static SHORT_LIVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static SHORT_LIVED: AtomicBool = AtomicBool::new(false);
 
 /// Tells the library that this process exits as soon as its one command is
 /// done (the `ckpt` binary says so; a library user's process never does):
@@ -136,12 +136,12 @@ static SHORT_LIVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// one allocation at a time (~12 ms for a walk and a snapshot of 100,000
 /// files).
 pub fn short_lived_process() {
-    SHORT_LIVED.store(true, std::sync::atomic::Ordering::Relaxed);
+    SHORT_LIVED.store(true, Ordering::Relaxed);
 }
 
 /// Drops `v`, or in a [`short_lived_process`] leaves it to the exit.
 pub(crate) fn dispose<T>(v: T) {
-    if SHORT_LIVED.load(std::sync::atomic::Ordering::Relaxed) {
+    if SHORT_LIVED.load(Ordering::Relaxed) {
         std::mem::forget(v);
     } else {
         drop(v);

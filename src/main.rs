@@ -16,10 +16,10 @@ fn main() {
 /// 100,000-file tree). glibc serves each large allocation with its own
 /// `mmap` and unmaps it when freed, so every table is written into fresh
 /// pages, and on this machine class first touches cost ~0.8 ms per MiB. Kept
-/// in the heap and not trimmed, freed pages are reused: a shell pre hook on
-/// the 100,000-file tree took 10-20 % less (BENCHMARKS.md). Nothing is
-/// returned to the system before exit, which a short process does not need;
-/// the library sets nothing.
+/// in the heap and not trimmed, freed pages are reused: a no-change shell
+/// pre+post on the 100,000-file tree took ~9 % less (DECISIONS.md). Nothing
+/// is returned to the system before exit, which a short process does not
+/// need; the library sets nothing.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn tune_allocator() {

@@ -564,6 +564,11 @@ fn fresh(
     // Entries whose content must be read and stored: done after the loop,
     // on two threads when there are many (a shell call that wrote files).
     let mut to_store: Vec<(usize, RelPath)> = Vec::new();
+    let mut store_later =
+        |i: usize, key: &[u8], dropped: &mut Vec<usize>| match RelPath::from_ledger(key) {
+            Ok(rel) => to_store.push((i, rel)),
+            Err(_) => dropped.push(i),
+        };
     let mut to_check = Vec::new();
     for i in pending {
         let (key, e) = &mut walked[i];
@@ -577,14 +582,8 @@ fn fresh(
                 to_check.push(i);
             }
             // (Too big to read here: no identity, like any file too big to store.)
-            continue;
-        }
-        if e.size <= cfg.max_blob_bytes {
-            let Ok(rel) = RelPath::from_ledger(key) else {
-                dropped.push(i);
-                continue;
-            };
-            to_store.push((i, rel));
+        } else if e.size <= cfg.max_blob_bytes {
+            store_later(i, key, &mut dropped);
         }
     }
     // Where git converts bytes on their way into its objects (a filter such
@@ -593,17 +592,10 @@ fn fresh(
     // the file hashes to it; otherwise the file is stored like any other.
     let checked = crate::par::map(&to_check, |&i| same_content(ws, &walked[i]));
     for (&i, same) in to_check.iter().zip(checked) {
-        if same {
-            continue;
-        }
-        let (key, e) = &mut walked[i];
-        e.git_oid = None;
-        if e.size <= cfg.max_blob_bytes {
-            let Ok(rel) = RelPath::from_ledger(key) else {
-                dropped.push(i);
-                continue;
-            };
-            to_store.push((i, rel));
+        if !same {
+            let (key, e) = &mut walked[i];
+            e.git_oid = None;
+            store_later(i, key, &mut dropped);
         }
     }
     let stored = crate::par::map(&to_store, |(i, rel)| store(ws, rel, &walked[*i].1));
