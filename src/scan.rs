@@ -127,6 +127,127 @@ impl Entry {
     }
 }
 
+/// Paths (walk keys: relative, `/`-separated bytes) with their entries, the
+/// keys in one buffer: a snapshot of 100,000 files is a few allocations, not
+/// 100,000 (each hook loads one and walks into another; allocating, filling
+/// and freeing a key apiece showed up in its profile).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entries {
+    keys: Vec<u8>,
+    /// Where each key ends in `keys` (it starts where the one before ends).
+    ends: Vec<u32>,
+    ents: Vec<Entry>,
+}
+
+impl Entries {
+    /// Room for `n` entries whose keys take `key_bytes`.
+    pub fn with_capacity(n: usize, key_bytes: usize) -> Entries {
+        Entries {
+            keys: Vec::with_capacity(key_bytes),
+            ends: Vec::with_capacity(n),
+            ents: Vec::with_capacity(n),
+        }
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.ents.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.ents.is_empty()
+    }
+
+    /// Adds an entry.
+    pub fn push(&mut self, key: &[u8], e: Entry) {
+        self.keys.extend_from_slice(key);
+        self.ends.push(self.keys.len() as u32);
+        self.ents.push(e);
+    }
+
+    /// The key of entry `i`.
+    pub fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.keys[start..self.ends[i] as usize]
+    }
+
+    /// Entry `i`.
+    pub fn entry(&self, i: usize) -> &Entry {
+        &self.ents[i]
+    }
+
+    /// Entry `i`, to change.
+    pub fn entry_mut(&mut self, i: usize) -> &mut Entry {
+        &mut self.ents[i]
+    }
+
+    /// Key and entry `i`, the entry to change.
+    fn key_entry_mut(&mut self, i: usize) -> (&[u8], &mut Entry) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        (&self.keys[start..self.ends[i] as usize], &mut self.ents[i])
+    }
+
+    /// Key and entry `i`, if there is one.
+    pub fn get(&self, i: usize) -> Option<(&[u8], &Entry)> {
+        (i < self.len()).then(|| (self.key(i), &self.ents[i]))
+    }
+
+    /// Keys and entries in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &Entry)> {
+        (0..self.len()).map(|i| (self.key(i), &self.ents[i]))
+    }
+
+    /// Keys in order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.key(i))
+    }
+
+    /// Entries (without keys) in order, to change.
+    pub fn entries_mut(&mut self) -> std::slice::IterMut<'_, Entry> {
+        self.ents.iter_mut()
+    }
+
+    /// Moves `other`'s entries to the end of these.
+    pub fn append(&mut self, other: &mut Entries) {
+        let base = self.keys.len() as u32;
+        self.keys.append(&mut other.keys);
+        self.ends.extend(other.ends.drain(..).map(|e| e + base));
+        self.ents.append(&mut other.ents);
+    }
+
+    /// Keys and entries, each on its own (for tests' comparisons).
+    #[cfg(test)]
+    pub(crate) fn to_pairs(&self) -> Vec<(Vec<u8>, Entry)> {
+        self.iter().map(|(k, e)| (k.to_vec(), e.clone())).collect()
+    }
+
+    /// These entries without those at the (ascending) indexes in `drop`.
+    fn without(self, drop: &[usize]) -> Entries {
+        if drop.is_empty() {
+            return self;
+        }
+        let mut out = Entries::with_capacity(self.len(), self.keys.len());
+        let mut drop = drop.iter().peekable();
+        for (i, (k, e)) in self.iter().enumerate() {
+            if drop.next_if_eq(&&i).is_none() {
+                out.push(k, e.clone());
+            }
+        }
+        out
+    }
+}
+
+impl<'a> FromIterator<(&'a [u8], Entry)> for Entries {
+    fn from_iter<I: IntoIterator<Item = (&'a [u8], Entry)>>(it: I) -> Entries {
+        let mut out = Entries::default();
+        for (k, e) in it {
+            out.push(k, e);
+        }
+        out
+    }
+}
+
 /// The workspace at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -135,7 +256,7 @@ pub struct Snapshot {
     /// is racy.
     pub taken_ns: i64,
     /// Every file and symlink, grouped by directory as the walk found them.
-    pub entries: Vec<(Vec<u8>, Entry)>,
+    pub entries: Entries,
     /// Every directory the walk entered (or could not), with its stat data:
     /// the next walk lists only those that changed.
     pub dirs: Vec<(Vec<u8>, DirStat)>,
@@ -237,7 +358,7 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
         out.extend_from_slice(&d.rules.to_le_bytes());
     }
     out.extend_from_slice(&(s.entries.len() as u64).to_le_bytes());
-    for (k, e) in &s.entries {
+    for (k, e) in s.entries.iter() {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
         let flags = u8::from(e.symlink)
@@ -304,10 +425,10 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool) -> Option<Snapsho
         ));
     }
     let n = u64_(&mut r)? as usize;
-    let mut entries = Vec::with_capacity(n.min(r.len() / 41));
+    let mut entries = Entries::with_capacity(n.min(r.len() / 41), r.len() / 2);
     for _ in 0..n {
         let len = u32_le(&mut r)? as usize;
-        let key = take(&mut r, len)?.to_vec();
+        let key = take(&mut r, len)?;
         let flags = take(&mut r, 1)?[0];
         let mode = u32_le(&mut r)?;
         let size = u64_(&mut r)?;
@@ -324,7 +445,7 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool) -> Option<Snapsho
         } else {
             None
         };
-        entries.push((
+        entries.push(
             key,
             Entry {
                 symlink: flags & 1 != 0,
@@ -336,7 +457,7 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool) -> Option<Snapsho
                 hash,
                 git_oid,
             },
-        ));
+        );
     }
     Some(Snapshot {
         taken_ns,
@@ -435,7 +556,7 @@ fn git_clean_oid(gi: &GitIndex, key: &[u8], e: &Entry) -> Option<[u8; 20]> {
 struct Fresh {
     taken_ns: i64,
     /// What the walk found, with content identities filled in.
-    walked: Vec<(Vec<u8>, Entry)>,
+    walked: Entries,
     /// For each entry of `walked`, the index of the same path in the old
     /// snapshot.
     old: Vec<Option<u32>>,
@@ -453,16 +574,9 @@ impl Fresh {
     /// The walk as a snapshot (built only when it is saved, which a call that
     /// changed nothing never does).
     fn into_snapshot(self) -> Snapshot {
-        let mut entries = Vec::with_capacity(self.walked.len());
-        let mut dropped = self.dropped.into_iter().peekable();
-        for (i, ke) in self.walked.into_iter().enumerate() {
-            if dropped.next_if_eq(&i).is_none() {
-                entries.push(ke);
-            }
-        }
         Snapshot {
             taken_ns: self.taken_ns,
-            entries,
+            entries: self.walked.without(&self.dropped),
             dirs: self.dirs,
             global: self.global,
             git_unchecked: false,
@@ -486,9 +600,10 @@ fn fresh(
             o.taken_ns,
             o.global,
             o.dirs.iter().map(|(k, d)| (k.as_slice(), *d)),
-            o.entries.iter().map(|(k, _)| k.as_slice()),
+            o.entries.keys(),
         )
     });
+    crate::timing("scan: known paths mapped");
     let walker::Walked {
         entries: mut walked,
         old: old_idx,
@@ -497,7 +612,8 @@ fn fresh(
         global,
     } = walker::walk(ws.root(), &cfg.ignore, known.as_ref())
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
-    drop(known);
+    crate::timing("scan: walked");
+    crate::dispose(known);
     // Every directory was known, unchanged and not racy (none listed).
     let dirs_same = old.is_some_and(|o| {
         listed == 0
@@ -512,9 +628,9 @@ fn fresh(
     // Same stat data, but changed too close to the snapshot for stat data to
     // prove the content: checked against the identity it had.
     let mut racy: Vec<usize> = Vec::new();
-    for (i, (_, e)) in walked.iter_mut().enumerate() {
+    for (i, e) in walked.entries_mut().enumerate() {
         if let (Some(s), Some(j)) = (old, old_idx[i]) {
-            let o = &s.entries[j as usize].1;
+            let o = s.entries.entry(j as usize);
             if o.same_stat(e) {
                 // Entries without an identity (too big to store, unreadable)
                 // stay without one until their stat data moves.
@@ -534,10 +650,10 @@ fn fresh(
         }
         pending.push(i);
     }
-    let same = crate::par::map(&racy, |&i| same_content(ws, &walked[i]));
+    let same = crate::par::map(&racy, |&i| same_content(ws, walked.key(i), walked.entry(i)));
     for (&i, same) in racy.iter().zip(same) {
         if !same {
-            let e = &mut walked[i].1;
+            let e = walked.entry_mut(i);
             e.hash = None;
             e.git_oid = None;
             pending.push(i);
@@ -551,12 +667,9 @@ fn fresh(
         || pending.len() > GIT_INDEX_FROM
         || pending
             .iter()
-            .any(|&i| walked[i].1.size > cfg.max_blob_bytes))
+            .any(|&i| walked.entry(i).size > cfg.max_blob_bytes))
     .then(|| {
-        let attribute_files = walked
-            .iter()
-            .map(|(k, _)| k.as_slice())
-            .filter(|k| is_attributes_file(k));
+        let attribute_files = walked.keys().filter(|k| is_attributes_file(k));
         crate::git::index_stats(ws.root(), attribute_files)
             .map(|(map, converts)| GitIndex { map, converts })
     })
@@ -571,7 +684,7 @@ fn fresh(
         };
     let mut to_check = Vec::new();
     for i in pending {
-        let (key, e) = &mut walked[i];
+        let (key, e) = walked.key_entry_mut(i);
         if let Some(gi) = &git
             && let Some(oid) = git_clean_oid(gi, key, e)
         {
@@ -590,17 +703,18 @@ fn fresh(
     // as Git LFS or git-crypt, end-of-line conversion), a stat-clean entry's
     // blob may not be the file's bytes: it stands in for the file only when
     // the file hashes to it; otherwise the file is stored like any other.
-    let checked = crate::par::map(&to_check, |&i| same_content(ws, &walked[i]));
+    let checked = crate::par::map(&to_check, |&i| {
+        same_content(ws, walked.key(i), walked.entry(i))
+    });
     for (&i, same) in to_check.iter().zip(checked) {
         if !same {
-            let (key, e) = &mut walked[i];
-            e.git_oid = None;
-            store_later(i, key, &mut dropped);
+            walked.entry_mut(i).git_oid = None;
+            store_later(i, walked.key(i), &mut dropped);
         }
     }
-    let stored = crate::par::map(&to_store, |(i, rel)| store(ws, rel, &walked[*i].1));
+    let stored = crate::par::map(&to_store, |(i, rel)| store(ws, rel, walked.entry(*i)));
     for ((i, _), hash) in to_store.iter().zip(stored) {
-        walked[*i].1.hash = hash?;
+        walked.entry_mut(*i).hash = hash?;
     }
     dropped.sort_unstable();
     let unchanged =
@@ -631,7 +745,7 @@ fn still_there(ws: &Workspace, key: &[u8]) -> bool {
 
 /// Whether a racy entry still holds the content its identity names (read
 /// whole: only entries up to `max_blob_bytes` are checked).
-fn same_content(ws: &Workspace, (key, e): &(Vec<u8>, Entry)) -> bool {
+fn same_content(ws: &Workspace, key: &[u8], e: &Entry) -> bool {
     let Ok(rel) = RelPath::from_ledger(key) else {
         return false;
     };
@@ -682,10 +796,7 @@ fn git_identities_suspect(ws: &Workspace, s: &Snapshot) -> bool {
         && s.entries.iter().any(|(_, e)| e.git_oid.is_some())
         && crate::git::repo_may_convert(
             ws.root(),
-            s.entries
-                .iter()
-                .map(|(k, _)| k.as_slice())
-                .filter(|k| is_attributes_file(k)),
+            s.entries.keys().filter(|k| is_attributes_file(k)),
         )
 }
 
@@ -699,8 +810,11 @@ fn is_attributes_file(key: &[u8]) -> bool {
 /// a hard link: the file is never changed after it is written).
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
+    crate::timing("scan: pre");
     let old = load_file(&dir, "snapshot.bin").filter(|(s, _)| !git_identities_suspect(ws, s));
+    crate::timing("scan: snapshot loaded");
     let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
+    crate::timing("scan: compared");
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
@@ -756,6 +870,7 @@ pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
     let calls = fs_util::open_dir(dir.as_fd(), "calls").ok()?;
     let name = format!("{key}.bin");
     let s = load(&calls, &name);
+    crate::timing("scan: call's snapshot loaded");
     let _ = rustix::fs::unlinkat(&calls, name.as_str(), rustix::fs::AtFlags::empty());
     s
 }
@@ -776,7 +891,9 @@ pub struct Scanned {
 /// (renames paired by content) and makes the new state the current snapshot.
 pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, WorkspaceError> {
     let dir = index_dir(ws)?;
+    crate::timing("scan: post");
     let fresh = fresh(ws, cfg, &dir, Some(pre))?;
+    crate::timing("scan: compared");
     if fresh.unchanged {
         // The call changed nothing: the current snapshot (the pre one, or a
         // newer one another call saved since) stays.
@@ -794,7 +911,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         if dropped.next_if_eq(&&i).is_some() {
             continue;
         }
-        match fresh.old[i].and_then(|j| Some((j as usize, &pre.entries.get(j as usize)?.1))) {
+        match fresh.old[i].and_then(|j| Some((j as usize, pre.entries.get(j as usize)?.1))) {
             Some((j, b)) => {
                 seen[j] = true;
                 if !a.same_stat(b) || a.hash != b.hash || a.git_oid != b.git_oid {
@@ -934,8 +1051,13 @@ fn pair_renames(changes: &mut Vec<Change>) {
 mod tests {
     use super::*;
 
-    fn entry<'a>(s: &'a [(Vec<u8>, Entry)], key: &[u8]) -> &'a Entry {
-        &s.iter().find(|(k, _)| k == key).unwrap().1
+    fn entry<'a>(s: &'a Entries, key: &[u8]) -> &'a Entry {
+        s.iter().find(|(k, _)| *k == key).unwrap().1
+    }
+
+    fn entry_mut<'a>(s: &'a mut Entries, key: &[u8]) -> &'a mut Entry {
+        let i = s.keys().position(|k| k == key).unwrap();
+        s.entry_mut(i)
     }
 
     /// An entry whose stat data is unchanged but too recent to prove its
@@ -963,11 +1085,7 @@ mod tests {
         assert_eq!(entry(&f.walked, b"f.txt").hash, Some(now));
 
         // Racy, with an identity its bytes no longer have: read again.
-        for (k, e) in &mut old.entries {
-            if k == b"f.txt" {
-                e.hash = Some(ContentHash::of(b"what was there"));
-            }
-        }
+        entry_mut(&mut old.entries, b"f.txt").hash = Some(ContentHash::of(b"what was there"));
         let f = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), Some(&old)).unwrap();
         assert!(!f.unchanged);
         assert_eq!(entry(&f.walked, b"f.txt").hash, Some(now));
@@ -980,12 +1098,9 @@ mod tests {
             *b = u8::from_str_radix(&id[2 * i..2 * i + 2], 16).unwrap();
         }
         let mut clean = old.clone();
-        for (k, e) in &mut clean.entries {
-            if k == b"f.txt" {
-                e.hash = None;
-                e.git_oid = Some(oid);
-            }
-        }
+        let e = entry_mut(&mut clean.entries, b"f.txt");
+        e.hash = None;
+        e.git_oid = Some(oid);
         let f = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), Some(&clean)).unwrap();
         let e = entry(&f.walked, b"f.txt");
         assert_eq!((e.hash, e.git_oid), (None, Some(oid)));
@@ -1064,12 +1179,9 @@ mod tests {
             for (i, b) in oid.iter_mut().enumerate() {
                 *b = u8::from_str_radix(&blob[2 * i..2 * i + 2], 16).unwrap();
             }
-            for (k, e) in &mut old.entries {
-                if k == b"f.txt" {
-                    e.hash = None;
-                    e.git_oid = Some(oid);
-                }
-            }
+            let e = entry_mut(&mut old.entries, b"f.txt");
+            e.hash = None;
+            e.git_oid = Some(oid);
             let mut bytes = encode(&old);
             bytes.truncate(bytes.len() - 32);
             bytes[..8].copy_from_slice(MAGIC_GIT_UNCHECKED);

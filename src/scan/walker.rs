@@ -61,7 +61,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
-use super::{Entry, FxHasher};
+use super::{Entries, Entry, FxHasher};
 use crate::par::cpus;
 
 /// A directory as a walk saw it: what tells whether its listing can have
@@ -185,7 +185,7 @@ impl<'p> Known<'p> {
 #[derive(Debug, Default)]
 pub(crate) struct Walked {
     /// Every regular file and symlink not ignored, with its stat data.
-    pub entries: Vec<(Vec<u8>, Entry)>,
+    pub entries: Entries,
     /// For each entry, the index of the same path in the known walk.
     pub old: Vec<Option<u32>>,
     /// Every directory entered (and those that could not be).
@@ -245,7 +245,7 @@ pub(crate) fn walk_with(
     ignore: &[String],
     opts: Opts,
 ) -> io::Result<Vec<(Vec<u8>, Entry)>> {
-    walk_known(root, ignore, opts, None).map(|w| w.entries)
+    walk_known(root, ignore, opts, None).map(|w| w.entries.to_pairs())
 }
 
 /// Walks `root`; directories `known` has seen unchanged are not listed.
@@ -507,7 +507,7 @@ struct Local {
     children: Vec<Work>,
     /// Entries seen.
     seen: usize,
-    out: Vec<(Vec<u8>, Entry)>,
+    out: Entries,
     /// Parallel to `out`: the index of the same path in the known walk.
     old: Vec<Option<u32>>,
     dirs: Vec<(Vec<u8>, DirStat)>,
@@ -522,7 +522,7 @@ impl Default for Local {
             ents: Vec::with_capacity(128),
             children: Vec::new(),
             seen: 0,
-            out: Vec::new(),
+            out: Entries::default(),
             old: Vec::new(),
             dirs: Vec::new(),
             listed: 0,
@@ -746,7 +746,7 @@ impl Shared<'_> {
                 // Replaced by a directory or something else since the listing.
                 _ => continue,
             };
-            l.out.push((path.clone(), entry_of(&st, symlink)));
+            l.out.push(&path, entry_of(&st, symlink));
             l.old.push(was(name));
         }
     }
@@ -776,7 +776,7 @@ impl Shared<'_> {
                 FileType::Symlink => true,
                 _ => continue,
             };
-            l.out.push((f.to_vec(), entry_of(&st, symlink)));
+            l.out.push(f, entry_of(&st, symlink));
             l.old.push(Some(i));
         }
         for d in &k.subdirs {
