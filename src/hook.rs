@@ -612,6 +612,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // that ran during this call's window) is that call's, not ours.
                 // (Its write must fall inside our window: what we saw before the
                 // call differs from what it left, and what is there now is exactly it.)
+                crate::timing("post: changes found");
                 let mine: Vec<_> = changes
                     .into_iter()
                     .filter(|ch| {
@@ -631,6 +632,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                     Some(from) => call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell).map(Some),
                     None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell),
                 });
+                crate::timing("post: patches written");
                 for (ch, patch) in mine.iter().zip(made) {
                     if let Some((mut d, _)) = patch? {
                         if !others.is_empty()
@@ -652,6 +654,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     }
     if let Some(b) = batch_guard.take() {
         b.finish()?;
+        crate::timing("post: synced");
     }
     let failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
     drafts.push(Draft::in_session(
@@ -694,6 +697,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
         .map_err(WorkspaceError::from)?
         .append(&drafts)
         .map_err(WorkspaceError::from)?;
+    crate::timing("post: recorded");
     agent_files::save(&dir, &reg)?;
     let _ = rustix::fs::unlinkat(
         &cdir,

@@ -979,6 +979,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
             differ.push((rel, b, a));
         }
     }
+    crate::timing("scan: paired");
     // The before contents of git-clean files are read from git's objects and
     // stored here: on two threads when many files changed.
     let states = crate::par::map(&differ, |(_, b, a)| -> Result<_, WorkspaceError> {
@@ -1017,9 +1018,11 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
             });
         }
     }
+    crate::timing("scan: contents stored");
     pair_renames(&mut changes);
     let now = fresh.into_snapshot();
     save(&dir, "snapshot.bin", &now)?;
+    crate::timing("scan: snapshot saved");
     crate::dispose(now);
     Ok(Scanned { changes, unknown })
 }
