@@ -154,6 +154,11 @@ impl Entries {
         self.ents.len()
     }
 
+    /// Bytes its keys take.
+    pub fn key_bytes(&self) -> usize {
+        self.keys.len()
+    }
+
     /// Whether there is none.
     pub fn is_empty(&self) -> bool {
         self.ents.is_empty()
@@ -600,7 +605,7 @@ fn fresh(
             o.taken_ns,
             o.global,
             o.dirs.iter().map(|(k, d)| (k.as_slice(), *d)),
-            o.entries.keys(),
+            &o.entries,
         )
     });
     crate::timing("scan: known paths mapped");

@@ -45,7 +45,8 @@
 //! skipped (the next walk sees it).
 //!
 //! Work is a shared LIFO stack of directories (depth first, like the crate):
-//! the calling thread walks alone until it has seen [`SPAWN_AFTER`] entries,
+//! the calling thread walks alone until it has seen [`SPAWN_AFTER`] entries
+//! (unless the known walk had that many),
 //! then one helper joins when at least two directories are queued (2 threads
 //! measured best for large trees on a 2-core machine; small trees gain nothing
 //! from a helper at the hook level). Idle workers wait on a condition
@@ -102,30 +103,46 @@ pub(crate) struct Known<'p> {
     /// [`global_sig`] of the previous walk.
     global: u64,
     dirs: std::collections::HashMap<&'p [u8], KnownDir<'p>, FxBuild>,
+    /// The previous walk's files and symlinks.
+    entries: &'p Entries,
 }
 
 struct KnownDir<'p> {
     stat: DirStat,
-    /// Keys of its files and symlinks, with their index in the known walk.
-    files: Vec<(&'p [u8], u32)>,
+    /// Its files and symlinks: a run of indexes into the known walk's
+    /// entries (a walk keeps each directory's together)...
+    files: std::ops::Range<u32>,
+    /// ... and any further runs (none from ckpt's own walks).
+    more: Vec<std::ops::Range<u32>>,
     /// Keys of its subdirectories.
     subdirs: Vec<&'p [u8]>,
 }
 
+impl KnownDir<'_> {
+    /// Indexes of its files and symlinks in the known walk.
+    fn file_indexes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.files
+            .clone()
+            .chain(self.more.iter().flat_map(|r| r.clone()))
+    }
+
+    fn file_count(&self) -> usize {
+        self.files.len() + self.more.iter().map(|r| r.len()).sum::<usize>()
+    }
+}
+
 fn parent_of(key: &[u8]) -> &[u8] {
-    key.iter()
-        .rposition(|&b| b == b'/')
-        .map_or(&key[..0], |i| &key[..i])
+    memchr::memrchr(b'/', key).map_or(&key[..0], |i| &key[..i])
 }
 
 impl<'p> Known<'p> {
-    /// The previous walk's directories and entry keys (in walk order: an
+    /// The previous walk's directories and entries (in walk order: an
     /// entry's index is what [`Walked::old`] names), started at `taken_ns`.
     pub(crate) fn new(
         taken_ns: i64,
         global: u64,
         dirs: impl Iterator<Item = (&'p [u8], DirStat)>,
-        files: impl Iterator<Item = &'p [u8]>,
+        entries: &'p Entries,
     ) -> Known<'p> {
         let mut map: std::collections::HashMap<&'p [u8], KnownDir<'p>, FxBuild> =
             Default::default();
@@ -134,7 +151,8 @@ impl<'p> Known<'p> {
                 k,
                 KnownDir {
                     stat,
-                    files: Vec::new(),
+                    files: 0..0,
+                    more: Vec::new(),
                     subdirs: Vec::new(),
                 },
             );
@@ -148,16 +166,21 @@ impl<'p> Known<'p> {
         // Entries come grouped by directory: one lookup per run. An entry
         // whose directory has no record is never reached this way (its
         // directory is listed, and it is taken as new).
-        let keys: Vec<&'p [u8]> = files.collect();
+        let n = entries.len();
         let mut i = 0;
-        while i < keys.len() {
-            let parent = parent_of(keys[i]);
+        while i < n {
+            let parent = parent_of(entries.key(i));
             let mut j = i + 1;
-            while j < keys.len() && parent_of(keys[j]) == parent {
+            while j < n && parent_of(entries.key(j)) == parent {
                 j += 1;
             }
             if let Some(p) = map.get_mut(parent) {
-                p.files.extend((i..j).map(|x| (keys[x], x as u32)));
+                let run = i as u32..j as u32;
+                if p.files.is_empty() {
+                    p.files = run;
+                } else {
+                    p.more.push(run);
+                }
             }
             i = j;
         }
@@ -165,6 +188,7 @@ impl<'p> Known<'p> {
             taken_ns,
             global,
             dirs: map,
+            entries,
         }
     }
 
@@ -204,6 +228,10 @@ pub(crate) struct Walked {
 /// either way) and cost 1–1.5 ms more CPU. On W2 (20,000 files) two threads
 /// walk in 48–50 ms instead of 92–94 ms with a free core (about the same
 /// when both are busy). So small trees stay on one thread.
+/// When the known walk already had that many entries, the helper may join
+/// at once: no-change shell pre+post on W2 (20,000 files), medians of 15
+/// alternating pairs: 117.7 ms with the helper after 4,000 entries, 99.7 ms
+/// from the start; W1 (below the bar) 15.5 ms either way.
 pub(crate) const SPAWN_AFTER: usize = 4_000;
 
 /// Most threads used (the calling one included).
@@ -308,19 +336,26 @@ pub(crate) fn walk_known(
     let threads = opts.threads.max(1);
     let mut out = Local::default();
     std::thread::scope(|s| {
-        let mut local = Local::default();
+        // Room for what the known walk had, so the tables are not regrown
+        // (and copied) as they fill: each thread may take most of the walk,
+        // and room never used is never touched.
+        let room = known.map_or((0, 0), |k| (k.entries.len(), k.entries.key_bytes()));
+        let mut local = Local::with_room(room);
         let mut helpers = Vec::new();
         let mut may_spawn = threads > 1;
         while let Some(w) = shared.next() {
             shared.visit(w, &mut local);
-            if may_spawn && local.seen >= opts.spawn_after && shared.lock().stack.len() > 1 {
+            if may_spawn
+                && (local.seen >= opts.spawn_after || room.0 >= opts.spawn_after)
+                && shared.lock().stack.len() > 1
+            {
                 if helpers.len() + 1 >= cpus() {
                     may_spawn = false;
                     continue;
                 }
                 let sh = &shared;
                 let helper = std::thread::Builder::new().spawn_scoped(s, move || {
-                    let mut l = Local::default();
+                    let mut l = Local::with_room(room);
                     while let Some(w) = sh.next() {
                         sh.visit(w, &mut l);
                     }
@@ -514,6 +549,18 @@ struct Local {
     listed: usize,
 }
 
+impl Local {
+    /// A thread's buffers, with room for `n` entries whose keys take
+    /// `key_bytes`.
+    fn with_room((n, key_bytes): (usize, usize)) -> Local {
+        Local {
+            out: Entries::with_capacity(n, key_bytes),
+            old: Vec::with_capacity(n),
+            ..Local::default()
+        }
+    }
+}
+
 impl Default for Local {
     fn default() -> Local {
         Local {
@@ -633,7 +680,7 @@ impl Shared<'_> {
             if sig == k.stat.rules {
                 now.flags = flags;
                 now.rules = sig;
-                self.known_entries(fd, key, k, own, now, l);
+                self.known_entries(known, fd, key, k, own, now, l);
                 return;
             }
             // Its rule files changed: everything below is matched again.
@@ -672,17 +719,17 @@ impl Shared<'_> {
         let top = key.is_empty();
         let base = if top { 0 } else { key.len() + 1 };
         // What the known walk had here, by name (a map for large directories).
+        let known_name = |i: u32| -> &[u8] {
+            self.known
+                .map_or(&[][..], |k| &k.entries.key(i as usize)[base..])
+        };
         let by_name: Option<std::collections::HashMap<&[u8], u32, FxBuild>> = kd
-            .filter(|k| k.files.len() > 16)
-            .map(|k| k.files.iter().map(|(f, i)| (&f[base..], *i)).collect());
+            .filter(|k| k.file_count() > 16)
+            .map(|k| k.file_indexes().map(|i| (known_name(i), i)).collect());
         let was = |name: &[u8]| -> Option<u32> {
             match &by_name {
                 Some(m) => m.get(name).copied(),
-                None => kd?
-                    .files
-                    .iter()
-                    .find(|(f, _)| &f[base..] == name)
-                    .map(|(_, i)| *i),
+                None => kd?.file_indexes().find(|&i| known_name(i) == name),
             }
         };
         let mut path = key;
@@ -754,8 +801,10 @@ impl Shared<'_> {
     /// A directory whose listing is what the known walk saw: its files are
     /// `fstatat`ed by name and its subdirectories queued, nothing is listed
     /// or matched.
+    #[allow(clippy::too_many_arguments)]
     fn known_entries(
         &self,
+        known: &Known<'_>,
         fd: OwnedFd,
         key: Vec<u8>,
         k: &KnownDir<'_>,
@@ -765,9 +814,10 @@ impl Shared<'_> {
     ) {
         let base = if key.is_empty() { 0 } else { key.len() + 1 };
         l.dirs.push((key, now));
-        l.seen += k.files.len() + k.subdirs.len();
+        l.seen += k.file_count() + k.subdirs.len();
         let fd = Arc::new(fd);
-        for &(f, i) in &k.files {
+        for i in k.file_indexes() {
+            let f = known.entries.key(i as usize);
             let Ok(st) = rustix::fs::statat(&*fd, &f[base..], AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };

@@ -938,7 +938,7 @@ impl Base {
             quiet_until.unwrap_or(self.taken_ns),
             self.w.global,
             self.w.dirs.iter().map(|(k, d)| (k.as_slice(), *d)),
-            self.w.entries.keys(),
+            &self.w.entries,
         )
     }
 }
