@@ -1095,6 +1095,64 @@ pub fn known_path_floor(k: &KnownPaths) -> io::Result<Duration> {
     Ok(elapsed)
 }
 
+/// Writes the known paths to `file` (a directory line `D<path>`, then a line
+/// `F<name>` per file in it), for [`known_path_process_floor`].
+pub fn save_known_paths(k: &KnownPaths, file: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for (dir, names) in &k.dirs {
+        out.push(b'D');
+        out.extend_from_slice(dir.as_os_str().as_bytes());
+        out.push(b'\n');
+        for n in names {
+            out.push(b'F');
+            out.extend_from_slice(n.as_bytes());
+            out.push(b'\n');
+        }
+    }
+    fs::write(file, out)
+}
+
+/// The child side of [`known_path_process_floor`]: reads the list, stats it
+/// on two threads, and returns (the process then exits).
+pub fn known_path_floor_child(list: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = fs::read(list)?;
+    let mut dirs: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
+    for line in bytes.split(|&b| b == b'\n') {
+        match line.split_first() {
+            Some((b'D', p)) => {
+                dirs.push((PathBuf::from(std::ffi::OsStr::from_bytes(p)), Vec::new()))
+            }
+            Some((b'F', n)) => {
+                if let Some(d) = dirs.last_mut() {
+                    d.1.push(std::ffi::OsStr::from_bytes(n).to_os_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    known_path_floor_2t(&KnownPaths { dirs }).map(|_| ())
+}
+
+/// The known-path floor as a whole process, as PERFORMANCE.md measured its
+/// floors: start `exe` (this bench, which serves as the child when
+/// `CKPT_BENCH_FLOOR_LIST` is set), read the known paths from `list`, stat
+/// them on two threads, exit. Nothing is written: stricter than
+/// PERFORMANCE.md's row, which also hashed and saved its snapshot.
+pub fn known_path_process_floor(exe: &Path, list: &Path) -> io::Result<Duration> {
+    let start = Instant::now();
+    let st = std::process::Command::new(exe)
+        .env("CKPT_BENCH_FLOOR_LIST", list)
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    let elapsed = start.elapsed();
+    if !st.success() {
+        return Err(io::Error::other(format!("floor process failed: {st}")));
+    }
+    Ok(elapsed)
+}
+
 /// [`known_path_floor`] with the directories split over two threads, as
 /// PERFORMANCE.md's known-path scan (its "scan" figure) was measured.
 pub fn known_path_floor_2t(k: &KnownPaths) -> io::Result<Duration> {
