@@ -56,10 +56,7 @@ fn ready(spec: &workload::Spec, base: &Path) -> (workload::Generated, PathBuf, P
 }
 
 fn ckpt() -> &'static str {
-    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        std::env::var("CKPT_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ckpt").to_string())
-    })
+    hookrun::ckpt_bin()
 }
 
 fn dir_bytes(p: &Path) -> u64 {

@@ -7,6 +7,7 @@
 //! CKPT_BENCH_W3=1 cargo bench --bench rollback
 //! CKPT_BENCH_QUICK=1 cargo bench --bench rollback
 //! CKPT_BENCH_DIR=/elsewhere cargo bench --bench rollback   # workspaces kept there
+//! CKPT_BENCH_BIN=/path/to/other/ckpt cargo bench --bench rollback  # compare builds
 //! ```
 //!
 //! Every ckpt figure is one whole process of the release binary
@@ -49,7 +50,7 @@ fn edit(ws: &Path, event: &str, id: &str, file: &Path) -> String {
 }
 
 fn ckpt() -> &'static str {
-    env!("CARGO_BIN_EXE_ckpt")
+    hookrun::ckpt_bin()
 }
 
 fn ckpt_cmd(ws: &Path) -> Command {

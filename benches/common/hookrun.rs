@@ -9,6 +9,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The `ckpt` binary the benches run: `CKPT_BENCH_BIN` when set (to compare
+/// builds), else the one cargo built.
+pub fn ckpt_bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("CKPT_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ckpt").to_string())
+    })
+}
+
 /// Runs `ckpt hook PHASE` in workspace `ws` with `payload` on stdin and
 /// returns the wall time of the whole process; panics if it fails.
 pub fn hook(bin: &str, ws: &Path, phase: &str, payload: &str) -> Duration {
