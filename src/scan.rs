@@ -63,7 +63,10 @@ pub const RACY_NS: i64 = 50_000_000;
 /// clean against it (and not copy them); fewer are read and stored.
 const GIT_INDEX_FROM: usize = 256;
 
-const MAGIC: &[u8; 8] = b"CKPTSNP4";
+const MAGIC: &[u8; 8] = b"CKPTSNP5";
+/// Snapshots whose entries carry their whole key (not a name under their
+/// directory's index): read as they are.
+const MAGIC_FLAT: &[u8; 8] = b"CKPTSNP4";
 /// Snapshots dated by the file system's clock whose git identities were
 /// taken by stat alone, before ckpt checked for git's conversions (filters,
 /// end-of-line): see [`Snapshot::git_unchecked`].
@@ -185,6 +188,15 @@ impl Entries {
     /// Entry `i`, to change.
     pub fn entry_mut(&mut self, i: usize) -> &mut Entry {
         &mut self.ents[i]
+    }
+
+    /// Adds an entry whose key is `dir/name`.
+    fn push_joined(&mut self, dir: &[u8], name: &[u8], e: Entry) {
+        self.keys.extend_from_slice(dir);
+        self.keys.push(b'/');
+        self.keys.extend_from_slice(name);
+        self.ends.push(self.keys.len() as u32);
+        self.ents.push(e);
     }
 
     /// Key and entry `i`, the entry to change.
@@ -347,9 +359,28 @@ fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
 /// Serialises a snapshot (a compact binary format; it is a cache, rebuilt by a
 /// walk when missing or damaged).
 pub fn encode(s: &Snapshot) -> Vec<u8> {
+    encode_as(s, MAGIC)
+}
+
+/// Whether an entry key ends in `name` under the directory key `dir`.
+fn name_under<'k>(key: &'k [u8], dir: &[u8]) -> Option<&'k [u8]> {
+    if dir.is_empty() {
+        return (!key.contains(&b'/')).then_some(key);
+    }
+    let rest = key.strip_prefix(dir)?.strip_prefix(b"/")?;
+    (!rest.contains(&b'/')).then_some(rest)
+}
+
+/// [`encode`] in the layout `magic` names: since `CKPTSNP5` each run of
+/// entries of one directory is stored as that directory's index and the
+/// entries' names (keys repeat their directory's path: 40 % of the bytes on
+/// the 100,000-file tree, written, checksummed and flushed whenever the
+/// snapshot changes); older magics (tests) store whole keys.
+fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
+    let grouped = magic == MAGIC;
     // In walk order: the next walk groups entries by directory in one pass.
-    let mut out = Vec::with_capacity(64 + s.entries.len() * 110 + s.dirs.len() * 80);
-    out.extend_from_slice(MAGIC);
+    let mut out = Vec::with_capacity(64 + s.entries.len() * 80 + s.dirs.len() * 80);
+    out.extend_from_slice(magic);
     out.extend_from_slice(&s.taken_ns.to_le_bytes());
     out.extend_from_slice(&s.global.to_le_bytes());
     out.extend_from_slice(&(s.dirs.len() as u64).to_le_bytes());
@@ -363,24 +394,63 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
         out.extend_from_slice(&d.rules.to_le_bytes());
     }
     out.extend_from_slice(&(s.entries.len() as u64).to_le_bytes());
-    for (k, e) in s.entries.iter() {
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(k);
-        let flags = u8::from(e.symlink)
-            | (u8::from(e.hash.is_some()) << 1)
-            | (u8::from(e.git_oid.is_some()) << 2);
-        out.push(flags);
-        out.extend_from_slice(&e.mode.to_le_bytes());
-        out.extend_from_slice(&e.size.to_le_bytes());
-        out.extend_from_slice(&e.mtime_ns.to_le_bytes());
-        out.extend_from_slice(&e.ctime_ns.to_le_bytes());
-        out.extend_from_slice(&e.ino.to_le_bytes());
-        if let Some(h) = &e.hash {
-            out.extend_from_slice(h.as_bytes());
+    let dir_index: HashMap<&[u8], u32, std::hash::BuildHasherDefault<FxHasher>> = if grouped {
+        s.dirs
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.as_slice(), i as u32))
+            .collect()
+    } else {
+        HashMap::default()
+    };
+    let mut i = 0;
+    while i < s.entries.len() {
+        // A run: the entries from `i` whose names sit under one directory
+        // (`u32::MAX`: whole keys, for an entry whose directory is unknown).
+        let (dir, dir_key) = if grouped {
+            let key = s.entries.key(i);
+            let parent = key
+                .iter()
+                .rposition(|&b| b == b'/')
+                .map_or(&key[..0], |p| &key[..p]);
+            match dir_index.get(parent) {
+                Some(&d) => (d, Some(parent)),
+                None => (u32::MAX, None),
+            }
+        } else {
+            (u32::MAX, None)
+        };
+        let mut j = i;
+        while j < s.entries.len()
+            && (j == i || dir_key.is_some_and(|d| name_under(s.entries.key(j), d).is_some()))
+        {
+            j += 1;
         }
-        if let Some(o) = &e.git_oid {
-            out.extend_from_slice(o);
+        if grouped {
+            out.extend_from_slice(&dir.to_le_bytes());
+            out.extend_from_slice(&((j - i) as u32).to_le_bytes());
         }
+        for (k, e) in (i..j).map(|x| (s.entries.key(x), s.entries.entry(x))) {
+            let name = dir_key.and_then(|d| name_under(k, d)).unwrap_or(k);
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.extend_from_slice(name);
+            let flags = u8::from(e.symlink)
+                | (u8::from(e.hash.is_some()) << 1)
+                | (u8::from(e.git_oid.is_some()) << 2);
+            out.push(flags);
+            out.extend_from_slice(&e.mode.to_le_bytes());
+            out.extend_from_slice(&e.size.to_le_bytes());
+            out.extend_from_slice(&e.mtime_ns.to_le_bytes());
+            out.extend_from_slice(&e.ctime_ns.to_le_bytes());
+            out.extend_from_slice(&e.ino.to_le_bytes());
+            if let Some(h) = &e.hash {
+                out.extend_from_slice(h.as_bytes());
+            }
+            if let Some(o) = &e.git_oid {
+                out.extend_from_slice(o);
+            }
+        }
+        i = j;
     }
     crate::binfile::seal(&mut out);
     out
@@ -390,20 +460,22 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
 pub fn decode(b: &[u8]) -> Option<Snapshot> {
     let (magic, margin, git_unchecked) = match b.get(..8)? {
         m if m == MAGIC => (MAGIC, 0, false),
+        m if m == MAGIC_FLAT => (MAGIC_FLAT, 0, false),
         m if m == MAGIC_GIT_UNCHECKED => (MAGIC_GIT_UNCHECKED, 0, true),
         m if m == MAGIC_WALL_CLOCK => (MAGIC_WALL_CLOCK, RACY_NS, true),
         _ => return None,
     };
+    let grouped = magic == MAGIC;
     // Parsed while the checksum is checked on the other core (13.5 MB on the
     // 100,000-file tree: ~10 ms of sha256 beside ~25 ms of parsing).
     crate::binfile::unseal_with(b, magic, 16, |body| {
-        decode_body(body, margin, git_unchecked)
+        decode_body(body, margin, git_unchecked, grouped)
     })
 }
 
 /// [`decode`]'s parse of a body, which may be damaged (only its checksum,
 /// checked meanwhile, says so): no count in it is trusted.
-fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool) -> Option<Snapshot> {
+fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool, grouped: bool) -> Option<Snapshot> {
     use crate::binfile::{take, u32_le, u64_le as u64_};
     let taken_ns = (u64_(&mut r)? as i64).saturating_sub(margin);
     let global = u64_(&mut r)?;
@@ -430,10 +502,28 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool) -> Option<Snapsho
         ));
     }
     let n = u64_(&mut r)? as usize;
-    let mut entries = Entries::with_capacity(n.min(r.len() / 41), r.len() / 2);
+    // Whole keys run longer than the names stored: room for both.
+    let mut entries = Entries::with_capacity(n.min(r.len() / 41), r.len());
+    let mut run_left = 0usize;
+    let mut prefix: &[u8] = &[];
+    let mut with_slash = false;
     for _ in 0..n {
+        if grouped && run_left == 0 {
+            let d = u32_le(&mut r)?;
+            run_left = u32_le(&mut r)? as usize;
+            if run_left == 0 {
+                return None;
+            }
+            (prefix, with_slash) = if d == u32::MAX {
+                (&[][..], false)
+            } else {
+                let k = dirs.get(d as usize)?.0.as_slice();
+                (k, !k.is_empty())
+            };
+        }
+        run_left = run_left.saturating_sub(1);
         let len = u32_le(&mut r)? as usize;
-        let key = take(&mut r, len)?;
+        let name = take(&mut r, len)?;
         let flags = take(&mut r, 1)?[0];
         let mode = u32_le(&mut r)?;
         let size = u64_(&mut r)?;
@@ -450,19 +540,21 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool) -> Option<Snapsho
         } else {
             None
         };
-        entries.push(
-            key,
-            Entry {
-                symlink: flags & 1 != 0,
-                mode,
-                size,
-                mtime_ns,
-                ctime_ns,
-                ino,
-                hash,
-                git_oid,
-            },
-        );
+        let e = Entry {
+            symlink: flags & 1 != 0,
+            mode,
+            size,
+            mtime_ns,
+            ctime_ns,
+            ino,
+            hash,
+            git_oid,
+        };
+        if with_slash {
+            entries.push_joined(prefix, name, e);
+        } else {
+            entries.push(name, e);
+        }
     }
     Some(Snapshot {
         taken_ns,
@@ -1144,6 +1236,72 @@ mod tests {
         }
     }
 
+    /// A snapshot stores each entry as a name under its directory's index,
+    /// and reads back the same keys: at the root, nested, an entry whose
+    /// directory the snapshot does not list (whole key), runs interleaved.
+    /// The flat layout of `CKPTSNP4` still reads; a run naming a directory
+    /// that is not there makes the snapshot damaged, not wrong.
+    #[test]
+    fn a_snapshot_stores_names_under_their_directory_and_reads_back_whole_keys() {
+        let e = |ino: u64| Entry {
+            symlink: false,
+            mode: 0o644,
+            size: ino * 3,
+            mtime_ns: 1_000 + ino as i64,
+            ctime_ns: 2_000 + ino as i64,
+            ino,
+            hash: ino
+                .is_multiple_of(2)
+                .then(|| ContentHash::of(&ino.to_le_bytes())),
+            git_oid: ino.is_multiple_of(3).then_some([ino as u8; 20]),
+        };
+        let dirs: Vec<(Vec<u8>, DirStat)> = [&b""[..], b"a", b"a/b", b"c"]
+            .iter()
+            .map(|k| (k.to_vec(), DirStat::default()))
+            .collect();
+        let keys: [&[u8]; 8] = [
+            b"top.txt",
+            b"README",
+            b"a/x.rs",
+            b"a/b/deep.rs",
+            b"a/b/deeper.rs",
+            b"a/y.rs",
+            b"lost/dir/z",
+            b"c/w",
+        ];
+        let entries: Entries = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, e(i as u64 + 1)))
+            .collect();
+        let s = Snapshot {
+            taken_ns: 42,
+            entries,
+            dirs,
+            global: 7,
+            git_unchecked: false,
+        };
+        let grouped = encode(&s);
+        let back = decode(&grouped).unwrap();
+        assert_eq!(back.entries, s.entries);
+        assert_eq!(back.dirs, s.dirs);
+        assert_eq!((back.taken_ns, back.global), (42, 7));
+        let flat = encode_as(&s, MAGIC_FLAT);
+        assert_ne!(flat, grouped);
+        assert_eq!(decode(&flat).unwrap().entries, s.entries);
+        // A run naming directory 99 of 4: damaged.
+        let mut bad = s.clone();
+        bad.dirs.truncate(1);
+        let mut bytes = encode(&bad);
+        let body_end = bytes.len() - 32;
+        // The first run's directory index, right after the entry count.
+        let runs_at = 8 + 8 + 8 + 8 + (4 + 8 + 8 + 8 + 1 + 8) + 8;
+        bytes[runs_at..runs_at + 4].copy_from_slice(&99u32.to_le_bytes());
+        bytes.truncate(body_end);
+        crate::binfile::seal(&mut bytes);
+        assert!(decode(&bytes).is_none());
+    }
+
     /// A snapshot an older ckpt wrote (dated by the wall clock, racy within
     /// `RACY_NS`) is read with its date moved back by that margin.
     #[test]
@@ -1152,10 +1310,7 @@ mod tests {
             taken_ns: 1_796_000_000_000_000_000,
             ..Snapshot::default()
         };
-        let mut old = encode(&s);
-        old.truncate(old.len() - 32);
-        old[..8].copy_from_slice(MAGIC_WALL_CLOCK);
-        crate::binfile::seal(&mut old);
+        let old = encode_as(&s, MAGIC_WALL_CLOCK);
         assert_eq!(decode(&old).unwrap().taken_ns, s.taken_ns - RACY_NS);
         assert!(decode(&old).unwrap().git_unchecked);
         assert_eq!(decode(&encode(&s)).unwrap().taken_ns, s.taken_ns);
@@ -1190,10 +1345,7 @@ mod tests {
             let e = entry_mut(&mut old.entries, b"f.txt");
             e.hash = None;
             e.git_oid = Some(oid);
-            let mut bytes = encode(&old);
-            bytes.truncate(bytes.len() - 32);
-            bytes[..8].copy_from_slice(MAGIC_GIT_UNCHECKED);
-            crate::binfile::seal(&mut bytes);
+            let bytes = encode_as(&old, MAGIC_GIT_UNCHECKED);
             std::fs::write(t.path().join(".agent-runtime/index/snapshot.bin"), bytes).unwrap();
             let snap = pre(&ws, &cfg, "k").unwrap();
             let f = entry(&snap.entries, b"f.txt");
