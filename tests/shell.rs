@@ -855,3 +855,41 @@ fn files_hidden_or_shown_by_a_rule_change_are_not_the_calls_changes() {
     assert_eq!(std::fs::read(env.ws.join("build/x.o")).unwrap(), b"obj\n");
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
+
+/// `CKPT_TIMINGS=1` breaks a shell call down on stderr, in order, and changes
+/// nothing else; unset, stderr stays free of it.
+#[test]
+fn timing_marks_show_a_shell_calls_phases_only_when_asked() {
+    let env = TestEnv::new();
+    std::fs::write(env.ws.join("a.txt"), "one\n").unwrap();
+    let r = env.ckpt_env(
+        &["exec", "--", "sh", "-c", "echo two > a.txt"],
+        &[("CKPT_TIMINGS", "1")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let phases: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("ckpt: timing "))
+        .map(|l| l.trim_start().split_once(' ').map_or("", |(_, p)| p))
+        .collect();
+    let at = |p: &str| {
+        phases
+            .iter()
+            .position(|x| *x == p)
+            .unwrap_or_else(|| panic!("no `{p}` mark in {phases:?}"))
+    };
+    assert!(at("main") < at("scan: pre"));
+    assert!(at("scan: pre") < at("scan: walked"));
+    assert!(at("scan: post") < at("post: changes found"));
+    assert!(at("post: changes found") < at("post: recorded"));
+    assert_eq!(phases.last(), Some(&"exit"));
+    // The call was recorded as usual.
+    assert_eq!(
+        patch_ops(&env),
+        vec![("a.txt".to_string(), "modify".to_string())]
+    );
+    let quiet = env.ckpt(&["exec", "--", "sh", "-c", "echo three > a.txt"]);
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    assert!(!quiet.stderr.contains("ckpt: timing"), "{}", quiet.stderr);
+}
