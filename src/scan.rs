@@ -452,6 +452,7 @@ fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
         }
         i = j;
     }
+    crate::timing("scan: snapshot serialised");
     crate::binfile::seal(&mut out);
     out
 }
@@ -585,6 +586,7 @@ fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
     // shell hook pay for megabytes of snapshot.
     let err = |e: io::Error| FsError::new("write", format!(".agent-runtime/index/{name}"), e);
     let bytes = encode(s);
+    crate::timing("scan: snapshot encoded");
     let tmp = fs_util::temp_name(".ckpt-tmp-");
     let mut f = fs_util::create_excl(dir.as_fd(), tmp.as_ref(), 0o600).map_err(err)?;
     let written = std::io::Write::write_all(&mut f, &bytes).and_then(|()| {
