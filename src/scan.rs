@@ -362,15 +362,6 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
     encode_as(s, MAGIC)
 }
 
-/// Whether an entry key ends in `name` under the directory key `dir`.
-fn name_under<'k>(key: &'k [u8], dir: &[u8]) -> Option<&'k [u8]> {
-    if dir.is_empty() {
-        return (!key.contains(&b'/')).then_some(key);
-    }
-    let rest = key.strip_prefix(dir)?.strip_prefix(b"/")?;
-    (!rest.contains(&b'/')).then_some(rest)
-}
-
 /// [`encode`] in the layout `magic` names: since `CKPTSNP5` each run of
 /// entries of one directory is stored as that directory's index and the
 /// entries' names (keys repeat their directory's path: 40 % of the bytes on
@@ -403,35 +394,36 @@ fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
     } else {
         HashMap::default()
     };
+    let n = s.entries.len();
     let mut i = 0;
-    while i < s.entries.len() {
-        // A run: the entries from `i` whose names sit under one directory
-        // (`u32::MAX`: whole keys, for an entry whose directory is unknown).
-        let (dir, dir_key) = if grouped {
-            let key = s.entries.key(i);
-            let parent = key
-                .iter()
-                .rposition(|&b| b == b'/')
-                .map_or(&key[..0], |p| &key[..p]);
-            match dir_index.get(parent) {
-                Some(&d) => (d, Some(parent)),
-                None => (u32::MAX, None),
-            }
+    while i < n {
+        // A run: the entries from `i` with the same parent directory, stored
+        // as that directory's index and their names (`u32::MAX` and a whole
+        // key for an entry whose directory is not in the table).
+        let parent = walker::parent_of(s.entries.key(i));
+        let dir = if grouped {
+            dir_index.get(parent).copied()
         } else {
-            (u32::MAX, None)
+            None
         };
-        let mut j = i;
-        while j < s.entries.len()
-            && (j == i || dir_key.is_some_and(|d| name_under(s.entries.key(j), d).is_some()))
-        {
-            j += 1;
+        let mut j = i + 1;
+        if dir.is_some() {
+            while j < n && walker::parent_of(s.entries.key(j)) == parent {
+                j += 1;
+            }
         }
         if grouped {
-            out.extend_from_slice(&dir.to_le_bytes());
+            out.extend_from_slice(&dir.unwrap_or(u32::MAX).to_le_bytes());
             out.extend_from_slice(&((j - i) as u32).to_le_bytes());
         }
-        for (k, e) in (i..j).map(|x| (s.entries.key(x), s.entries.entry(x))) {
-            let name = dir_key.and_then(|d| name_under(k, d)).unwrap_or(k);
+        // Names start after the parent's path and its `/` (none at the root).
+        let cut = match dir {
+            Some(_) if !parent.is_empty() => parent.len() + 1,
+            _ => 0,
+        };
+        for x in i..j {
+            let (k, e) = (s.entries.key(x), s.entries.entry(x));
+            let name = &k[cut..];
             out.extend_from_slice(&(name.len() as u32).to_le_bytes());
             out.extend_from_slice(name);
             let flags = u8::from(e.symlink)

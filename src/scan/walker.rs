@@ -131,7 +131,8 @@ impl KnownDir<'_> {
     }
 }
 
-fn parent_of(key: &[u8]) -> &[u8] {
+/// The key of the directory holding `key` (empty at the root).
+pub(super) fn parent_of(key: &[u8]) -> &[u8] {
     memchr::memrchr(b'/', key).map_or(&key[..0], |i| &key[..i])
 }
 
