@@ -268,20 +268,9 @@ pub fn index_stats<'a>(
             if read == SUBMODULES_MAX {
                 break;
             }
-            // A gitlink path from the index is checked like any path from
-            // outside: nothing beyond the workspace is opened.
-            if crate::paths::RelPath::from_ledger(&key).is_err() {
-                continue;
-            }
-            use std::os::unix::ffi::OsStrExt;
-            let dir = root.join(std::ffi::OsStr::from_bytes(&key));
-            // Only a checked-out submodule (its own work tree right there).
-            let Ok(sub) = git2::Repository::open(&dir) else {
+            let Some(sub) = open_submodule(root, &key) else {
                 continue;
             };
-            if sub.workdir().and_then(|w| w.canonicalize().ok()) != dir.canonicalize().ok() {
-                continue;
-            }
             read += 1;
             // The work tree's, the user's and the system's attributes were
             // read above; the submodule adds its own config and info file.
@@ -347,9 +336,23 @@ fn read_index(
     Some(())
 }
 
+/// The submodule checked out at `key` below `base`, if one is: the path
+/// (from an index or `.gitmodules`) is checked like any path from outside, so
+/// nothing beyond `base` is opened, and the repository must have its own work
+/// tree right there.
+fn open_submodule(base: &Path, key: &[u8]) -> Option<git2::Repository> {
+    use std::os::unix::ffi::OsStrExt;
+    crate::paths::RelPath::from_ledger(key).ok()?;
+    let dir = base.join(std::ffi::OsStr::from_bytes(key));
+    let sub = git2::Repository::open(&dir).ok()?;
+    let here = dir.canonicalize().ok()?;
+    (sub.workdir()?.canonicalize().ok()? == here).then_some(sub)
+}
+
 /// The submodules checked out in `repo`'s work tree, and theirs, up to
 /// [`SUBMODULE_DEPTH`] levels and [`SUBMODULES_MAX`] in all.
 fn submodule_repos(repo: &git2::Repository, out: &mut Vec<git2::Repository>, depth: usize) {
+    use std::os::unix::ffi::OsStrExt;
     let (Some(top), Ok(subs)) = (repo.workdir(), repo.submodules()) else {
         return;
     };
@@ -357,7 +360,7 @@ fn submodule_repos(repo: &git2::Repository, out: &mut Vec<git2::Repository>, dep
         if out.len() >= SUBMODULES_MAX {
             return;
         }
-        if let Ok(sub) = git2::Repository::open(top.join(sm.path())) {
+        if let Some(sub) = open_submodule(top, sm.path().as_os_str().as_bytes()) {
             if depth > 1 {
                 submodule_repos(&sub, out, depth - 1);
             }
@@ -509,6 +512,38 @@ mod tests {
             .set_str("core.autocrlf", "false")
             .unwrap();
         assert_eq!(may_convert(&repo, dir.path(), worktree), baseline);
+    }
+
+    /// A submodule `.gitmodules` places outside the repository (or a path
+    /// that is no checked-out work tree) is never opened: its objects are not
+    /// read, even though they would hash right. One inside it is.
+    #[test]
+    fn blobs_are_read_from_submodules_inside_the_repository_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let inside = ws.join("sub");
+        let outside = dir.path().join("outside");
+        let main = git2::Repository::init(&ws).unwrap();
+        let sub = git2::Repository::init(&inside).unwrap();
+        let far = git2::Repository::init(&outside).unwrap();
+        let id = |o: git2::Oid| <[u8; 20]>::try_from(o.as_bytes()).unwrap();
+        let in_sub = id(sub.blob(b"in the submodule\n").unwrap());
+        let far_away = id(far.blob(b"outside the workspace\n").unwrap());
+        std::fs::write(
+            ws.join(".gitmodules"),
+            "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n\
+             [submodule \"far\"]\n\tpath = ../outside\n\turl = ../outside\n",
+        )
+        .unwrap();
+        drop(main);
+        assert_eq!(
+            read_blob(&ws, &in_sub).as_deref(),
+            Some(&b"in the submodule\n"[..])
+        );
+        assert_eq!(read_blob(&ws, &far_away), None);
+        // (Directly, too: the path check is the helper's.)
+        assert!(open_submodule(&ws, b"sub").is_some());
+        assert!(open_submodule(&ws, b"../outside").is_none());
     }
 
     #[test]
