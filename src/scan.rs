@@ -170,14 +170,32 @@ impl Entries {
     /// Adds an entry.
     pub fn push(&mut self, key: &[u8], e: Entry) {
         self.keys.extend_from_slice(key);
+        self.end_key(e);
+    }
+
+    /// Adds an entry whose key is `dir/name`.
+    fn push_joined(&mut self, dir: &[u8], name: &[u8], e: Entry) {
+        self.keys.extend_from_slice(dir);
+        self.keys.push(b'/');
+        self.keys.extend_from_slice(name);
+        self.end_key(e);
+    }
+
+    /// Ends the key just added to `keys`, for entry `e`.
+    fn end_key(&mut self, e: Entry) {
         self.ends.push(self.keys.len() as u32);
         self.ents.push(e);
     }
 
+    /// Where the key of entry `i` lies in `keys`.
+    fn span(&self, i: usize) -> std::ops::Range<usize> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        start..self.ends[i] as usize
+    }
+
     /// The key of entry `i`.
     pub fn key(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.keys[start..self.ends[i] as usize]
+        &self.keys[self.span(i)]
     }
 
     /// Entry `i`.
@@ -190,19 +208,10 @@ impl Entries {
         &mut self.ents[i]
     }
 
-    /// Adds an entry whose key is `dir/name`.
-    fn push_joined(&mut self, dir: &[u8], name: &[u8], e: Entry) {
-        self.keys.extend_from_slice(dir);
-        self.keys.push(b'/');
-        self.keys.extend_from_slice(name);
-        self.ends.push(self.keys.len() as u32);
-        self.ents.push(e);
-    }
-
     /// Key and entry `i`, the entry to change.
     fn key_entry_mut(&mut self, i: usize) -> (&[u8], &mut Entry) {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        (&self.keys[start..self.ends[i] as usize], &mut self.ents[i])
+        let span = self.span(i);
+        (&self.keys[span], &mut self.ents[i])
     }
 
     /// Key and entry `i`, if there is one.
@@ -459,8 +468,8 @@ pub fn decode(b: &[u8]) -> Option<Snapshot> {
         _ => return None,
     };
     let grouped = magic == MAGIC;
-    // Parsed while the checksum is checked on the other core (13.5 MB on the
-    // 100,000-file tree: ~10 ms of sha256 beside ~25 ms of parsing).
+    // Parsed while the checksum is checked on the other core (8.4 MB on the
+    // 100,000-file tree).
     crate::binfile::unseal_with(b, magic, 16, |body| {
         decode_body(body, margin, git_unchecked, grouped)
     })
