@@ -52,9 +52,9 @@ fn tune_allocator() {}
 /// fault costs more than filling its page. Where the system's THP mode is
 /// `madvise` (the default of most distributions) this is what enables them;
 /// under `always` it changes nothing, under `never` the advice is ignored.
-/// A no-change shell pre+post on the 100,000-file tree: 646 -> 533 ms
-/// (median of 12 alternating pairs, with glibc's own `hugetlb` tunable, which
-/// does the same; DECISIONS.md).
+/// A no-change shell pre+post on the 100,000-file tree: 613 -> 481 ms
+/// (medians of 12 alternating pairs; glibc's own `hugetlb` tunable, which
+/// can only be set from the environment, gave about the same; DECISIONS.md).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod huge_pages {
@@ -98,8 +98,9 @@ mod huge_pages {
         let start = (p as usize).next_multiple_of(HUGE);
         let end = (p as usize + len) & !(HUGE - 1);
         if end > start {
-            // SAFETY: the range lies inside a block the allocator just
-            // handed out; MADV_HUGEPAGE does not change its contents.
+            // SAFETY: the range lies inside memory the allocator owns (a
+            // block it just handed out, or its own heap); MADV_HUGEPAGE does
+            // not change its contents.
             unsafe {
                 libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
             }
