@@ -310,6 +310,8 @@ fn main() {
                     patch_ref: None,
                     source: ckpt::record::PatchSource::EditTool,
                     candidates: vec![],
+                    before_git: None,
+                    after_git: None,
                 }),
             );
             batch.extend([started, patch, done]);

@@ -8,11 +8,13 @@
 //! that does not match its name, or is not a regular file, is an error and is
 //! never used. Blobs are only ever addressed by hash, never by a path from a ledger.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::{AtFlags, FileType, RenameFlags};
 use rustix::io::Errno;
@@ -31,6 +33,12 @@ pub enum BlobError {
     /// No blob with that hash.
     #[error("blob_missing: no stored content for {0}")]
     Missing(ContentHash),
+    /// The content was left in git's object database (ckpt did not copy a
+    /// file committed at HEAD), and git no longer has it.
+    #[error(
+        "blob_missing: the content for {0} was left in git's object database as blob {1}, which git no longer has (pruned after a history rewrite?)"
+    )]
+    GitMissing(ContentHash, String),
     /// The stored bytes do not hash to the blob's name.
     #[error(
         "blob_hash_mismatch: the stored content for {0} is damaged (its bytes hash to something else)"
@@ -48,7 +56,7 @@ impl BlobError {
     /// Returns the stable problem code (`blob_missing`, …).
     pub fn code(&self) -> &'static str {
         match self {
-            BlobError::Missing(_) => "blob_missing",
+            BlobError::Missing(_) | BlobError::GitMissing(..) => "blob_missing",
             BlobError::HashMismatch(_) => "blob_hash_mismatch",
             BlobError::NotRegular(_) => "blob_not_regular",
             BlobError::Io(_) => "blob_io",
@@ -85,6 +93,46 @@ pub struct BlobStore {
     /// Blobs published in flight inside a batch, to be marked durable by
     /// [`settle_batch`](Self::settle_batch) after its `syncfs`.
     batch: Arc<std::sync::Mutex<Vec<ContentHash>>>,
+    /// Contents git's object database holds for ckpt ([`GitBacked`]).
+    git: Arc<GitBacked>,
+    /// Contents this process just stored or read, kept while
+    /// [`keep_recent`](Self::keep_recent) is on ([`Recent`]).
+    recent: Arc<Mutex<Option<Recent>>>,
+}
+
+/// Contents ckpt did not copy because the workspace's git repository holds
+/// them as a blob committed at HEAD (the before side of a file a shell call
+/// changed, clean against git before it): the issue's "from the git object
+/// database for files clean against the index". Which hash is which git blob
+/// is written in the ledger (`before_git` / `after_git` of a `file_patch`);
+/// a reader that does not find a hash in the store looks there, reads the
+/// blob with git2 (never writing to git) and checks its sha256 like any
+/// stored blob.
+#[derive(Debug, Default)]
+struct GitBacked {
+    /// The workspace root (git is opened from there); `None`: no fallback.
+    root: Option<PathBuf>,
+    /// Noted by this process (before its records are written).
+    noted: Mutex<HashMap<ContentHash, [u8; 20]>>,
+    /// Read from the ledger on the first miss.
+    recorded: OnceLock<HashMap<ContentHash, [u8; 20]>>,
+}
+
+/// The bytes of contents stored (or read from git) by this process, up to a
+/// budget, so that reading them back soon after costs neither a read nor a
+/// second sha256 (a shell post diffs the contents it just stored).
+struct Recent {
+    map: HashMap<ContentHash, Arc<Vec<u8>>>,
+    left: usize,
+}
+
+impl std::fmt::Debug for Recent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recent")
+            .field("kept", &self.map.len())
+            .field("left", &self.left)
+            .finish()
+    }
 }
 
 impl BlobStore {
@@ -96,6 +144,118 @@ impl BlobStore {
             tmp: Arc::default(),
             fans: Arc::new(std::array::from_fn(|_| OnceLock::new())),
             batch: Arc::default(),
+            git: Arc::default(),
+            recent: Arc::default(),
+        }
+    }
+
+    /// Lets readers fall back on the git repository the workspace at `root`
+    /// lies in for contents the ledger says git holds ([`GitBacked`]).
+    pub fn with_git_root(mut self, root: PathBuf) -> BlobStore {
+        self.git = Arc::new(GitBacked {
+            root: Some(root),
+            ..GitBacked::default()
+        });
+        self
+    }
+
+    /// Notes that `h` is git's blob `oid` (its bytes `data`, read and checked
+    /// by the caller) and was not copied: readers of this process find it,
+    /// and the record that names `h` says so ([`git_noted`](Self::git_noted)).
+    pub fn note_git(&self, h: ContentHash, oid: [u8; 20], data: Vec<u8>) {
+        self.git
+            .noted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(h, oid);
+        self.remember(h, data);
+    }
+
+    /// The git blob this process noted for `h` ([`note_git`](Self::note_git)).
+    pub fn git_noted(&self, h: &ContentHash) -> Option<[u8; 20]> {
+        self.git
+            .noted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(h)
+            .copied()
+    }
+
+    /// The git blob that holds `h`, as noted by this process or recorded in
+    /// the ledger (read once, on the first call).
+    fn git_oid(&self, h: &ContentHash) -> Option<[u8; 20]> {
+        self.git.root.as_ref()?;
+        if let Some(oid) = self.git_noted(h) {
+            return Some(oid);
+        }
+        self.git
+            .recorded
+            .get_or_init(|| git_backed_in_ledger(self.rt.as_fd()))
+            .get(h)
+            .copied()
+    }
+
+    /// `h`'s bytes from git, checked against `h`; `Missing` when no record
+    /// says git holds them.
+    fn read_from_git(&self, h: &ContentHash) -> Result<Vec<u8>, BlobError> {
+        let (Some(oid), Some(root)) = (self.git_oid(h), self.git.root.as_ref()) else {
+            return Err(BlobError::Missing(*h));
+        };
+        let Some(bytes) = crate::git::read_blob(root, &oid) else {
+            return Err(BlobError::GitMissing(*h, crate::hash::hex(&oid)));
+        };
+        if ContentHash::of(&bytes) != *h {
+            return Err(BlobError::HashMismatch(*h));
+        }
+        Ok(bytes)
+    }
+
+    /// Keeps the bytes of contents this process stores or reads from git
+    /// from now on, up to `budget` bytes in all, for
+    /// [`get`](Self::get) to return without reading and hashing them again.
+    /// [`forget_recent`](Self::forget_recent) ends it.
+    pub fn keep_recent(&self, budget: usize) {
+        *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Some(Recent {
+            map: HashMap::new(),
+            left: budget,
+        });
+    }
+
+    /// Drops what [`keep_recent`](Self::keep_recent) kept and stops keeping.
+    pub fn forget_recent(&self) {
+        *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Whether [`keep_recent`](Self::keep_recent) is on.
+    fn keeping(&self) -> bool {
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn remember(&self, h: ContentHash, data: Vec<u8>) {
+        let mut slot = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = slot.as_mut()
+            && data.len() <= r.left
+            && !r.map.contains_key(&h)
+        {
+            r.left -= data.len();
+            r.map.insert(h, Arc::new(data));
+        }
+    }
+
+    fn recalled(&self, h: &ContentHash) -> Option<Arc<Vec<u8>>> {
+        let slot = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()?.map.get(h).cloned()
+    }
+
+    /// [`get`](Self::get) without a copy of what this process keeps in
+    /// memory ([`keep_recent`](Self::keep_recent)).
+    pub fn get_shared(&self, h: &ContentHash) -> Result<Arc<Vec<u8>>, BlobError> {
+        match self.recalled(h) {
+            Some(b) => Ok(b),
+            None => self.get(h).map(Arc::new),
         }
     }
 
@@ -183,9 +343,16 @@ impl BlobStore {
         Ok(self.tmp.get_or_init(|| t))
     }
 
-    /// True when a blob with this hash is stored (its bytes are not re-hashed here).
+    /// True when a blob with this hash is stored (its bytes are not re-hashed
+    /// here), or git holds it for ckpt ([`GitBacked`]; the object is there).
     pub fn contains(&self, h: &ContentHash) -> bool {
         self.stored_size(h).is_some()
+            || self.git_oid(h).is_some_and(|oid| {
+                self.git
+                    .root
+                    .as_ref()
+                    .is_some_and(|root| crate::git::has_blob(root, &oid))
+            })
     }
 
     fn stored_size(&self, h: &ContentHash) -> Option<u64> {
@@ -258,6 +425,21 @@ impl BlobStore {
 
     /// Stores `data`; returns its hash. Does nothing if it is already stored.
     pub fn put_bytes(&self, data: &[u8]) -> Result<ContentHash, BlobError> {
+        let h = self.put_slice(data)?;
+        if self.keeping() {
+            self.remember(h, data.to_vec());
+        }
+        Ok(h)
+    }
+
+    /// [`put_bytes`](Self::put_bytes) of bytes the store may keep.
+    pub fn put_vec(&self, data: Vec<u8>) -> Result<ContentHash, BlobError> {
+        let h = self.put_slice(&data)?;
+        self.remember(h, data);
+        Ok(h)
+    }
+
+    fn put_slice(&self, data: &[u8]) -> Result<ContentHash, BlobError> {
         let h = ContentHash::of(data);
         if let Some((size, perm)) = self.stored(&h)
             && size == data.len() as u64
@@ -328,7 +510,7 @@ impl BlobStore {
             let data = fs_util::read_to_end_sized(file, size)
                 .map_err(|e| Self::err("read", "source file", e))?;
             let n = data.len() as u64;
-            return Ok((self.put_bytes(&data)?, n));
+            return Ok((self.put_vec(data)?, n));
         }
         self.put_reader(file)
     }
@@ -403,7 +585,13 @@ impl BlobStore {
 
     /// Returns a blob's bytes after checking they hash to its name.
     pub fn get(&self, h: &ContentHash) -> Result<Vec<u8>, BlobError> {
-        let (mut f, size) = self.open_sized(h)?;
+        if let Some(b) = self.recalled(h) {
+            return Ok(b.as_ref().clone());
+        }
+        let (mut f, size) = match self.open_sized(h) {
+            Err(BlobError::Missing(_)) => return self.read_from_git(h),
+            r => r?,
+        };
         let v = fs_util::read_to_end_sized(&mut f, size)
             .map_err(|e| Self::err("read", "artifacts/blobs", e))?;
         if ContentHash::of(&v) != *h {
@@ -415,7 +603,15 @@ impl BlobStore {
     /// Streams a blob into `w`, checking the hash at the end. On `Err` the caller
     /// must discard what it received.
     pub fn copy_to(&self, h: &ContentHash, w: &mut dyn Write) -> Result<u64, BlobError> {
-        let (mut f, size) = self.open_sized(h)?;
+        let (mut f, size) = match self.open_sized(h) {
+            Err(BlobError::Missing(_)) => {
+                let bytes = self.read_from_git(h)?;
+                w.write_all(&bytes)
+                    .map_err(|e| Self::err("copy", "blob", e))?;
+                return Ok(bytes.len() as u64);
+            }
+            r => r?,
+        };
         let mut hasher = Hasher::new();
         // Sized to the blob (most are small): zeroing a 1 MiB buffer per copy
         // was a tenth of a 110-file rollback's CPU time.
@@ -443,6 +639,44 @@ impl BlobStore {
     pub fn check(&self, h: &ContentHash) -> Result<(), BlobError> {
         self.copy_to(h, &mut io::sink()).map(|_| ())
     }
+}
+
+/// Which contents the ledger says git holds: the `before_git` / `after_git`
+/// of its `file_patch` records (only lines that carry one are parsed). An
+/// unreadable ledger gives none (the reader then reports the blob missing).
+fn git_backed_in_ledger(rt: std::os::fd::BorrowedFd<'_>) -> HashMap<ContentHash, [u8; 20]> {
+    #[derive(serde::Deserialize)]
+    struct Sides {
+        #[serde(default)]
+        before_hash: Option<ContentHash>,
+        #[serde(default)]
+        after_hash: Option<ContentHash>,
+        #[serde(default)]
+        before_git: Option<String>,
+        #[serde(default)]
+        after_git: Option<String>,
+    }
+    let mut map = HashMap::new();
+    let Ok(bytes) = fs_util::open_regular_at_sized(rt, OsStr::new("ledger.jsonl"))
+        .and_then(|(mut f, size)| fs_util::read_to_end_sized(&mut f, size))
+    else {
+        return map;
+    };
+    let finder = memchr::memmem::Finder::new(b"_git\":\"");
+    for line in bytes.split(|&b| b == b'\n') {
+        if finder.find(line).is_none() {
+            continue;
+        }
+        let Ok(s) = serde_json::from_slice::<Sides>(line) else {
+            continue;
+        };
+        for (h, oid) in [(s.before_hash, s.before_git), (s.after_hash, s.after_git)] {
+            if let (Some(h), Some(oid)) = (h, oid.as_deref().and_then(crate::hash::oid_from_hex)) {
+                map.insert(h, oid);
+            }
+        }
+    }
+    map
 }
 
 #[cfg(test)]

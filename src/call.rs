@@ -144,23 +144,22 @@ pub fn patch_record(
         }
         (Some(_), Some(_)) => PatchOp::Modify,
     };
-    let load = |s: &FileState| -> Result<Option<Vec<u8>>, WorkspaceError> {
+    let load = |s: &FileState| -> Result<Option<std::sync::Arc<Vec<u8>>>, WorkspaceError> {
         match s.hash() {
-            Some(h) => Ok(Some(ws.blobs().get(&h)?)),
+            Some(h) => Ok(Some(ws.blobs().get_shared(&h)?)),
             None => Ok(None),
         }
     };
     let (b, a) = (load(before)?, load(after)?);
-    let binary =
-        b.as_deref().is_some_and(patch::is_binary) || a.as_deref().is_some_and(patch::is_binary);
+    let (b, a) = (
+        b.as_deref().map(Vec::as_slice),
+        a.as_deref().map(Vec::as_slice),
+    );
+    let binary = b.is_some_and(patch::is_binary) || a.is_some_and(patch::is_binary);
     let (bm, am) = (before.mode_string(), after.mode_string());
     let id = ws.clock().new_id("p_");
     let patch_ref = if artifact {
-        let diff = diff_of(
-            rel,
-            (b.as_deref(), bm.as_deref()),
-            (a.as_deref(), am.as_deref()),
-        );
+        let diff = diff_of(rel, (b, bm.as_deref()), (a, am.as_deref()));
         Some(write_patch_artifact(ws, &id, &diff)?)
     } else {
         None
@@ -181,11 +180,20 @@ pub fn patch_record(
         patch_ref,
         source,
         candidates: Vec::new(),
+        before_git: git_held(ws, before),
+        after_git: git_held(ws, after),
     };
     Ok(Some((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),
         fp,
     )))
+}
+
+/// The git blob that holds a side's bytes instead of the store, when this
+/// process left them there ([`crate::blob_store::BlobStore::note_git`]).
+fn git_held(ws: &Workspace, s: &FileState) -> Option<String> {
+    let h = s.hash()?;
+    ws.blobs().git_noted(&h).map(|oid| crate::hash::hex(&oid))
 }
 
 /// Builds the `file_patch` draft of a rename (content unchanged, or changed
@@ -232,6 +240,8 @@ pub fn rename_patch(
         patch_ref: Some(patch_ref),
         source,
         candidates: Vec::new(),
+        before_git: git_held(ws, before),
+        after_git: git_held(ws, after),
     };
     Ok((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),

@@ -380,7 +380,35 @@ thread_local! {
 struct RepoCache {
     root: std::path::PathBuf,
     repos: Vec<git2::Repository>,
+    /// The workspace's path inside the first repository (`""` or `dir/`).
+    inner: Vec<u8>,
+    /// The first repository's HEAD commit and its tree, as last looked up
+    /// (HEAD is resolved again each time; the tree only when it moved).
+    head_tree: Option<(git2::Oid, git2::Oid)>,
     submodules_opened: bool,
+}
+
+/// Runs `f` on this thread's repositories of the workspace at `root` (the
+/// one it lies in first; opened once per thread and root).
+fn with_repos<T>(root: &Path, f: impl FnOnce(&mut RepoCache) -> Option<T>) -> Option<T> {
+    REPOS.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|c| c.root != root) {
+            git2::opts::strict_hash_verification(false);
+            let (repos, inner) = match open_containing(root) {
+                Some((r, inner)) => (vec![r], inner),
+                None => (Vec::new(), Vec::new()),
+            };
+            *slot = Some(RepoCache {
+                root: root.to_path_buf(),
+                repos,
+                inner,
+                head_tree: None,
+                submodules_opened: false,
+            });
+        }
+        f(slot.as_mut()?)
+    })
 }
 
 /// Reads a blob from the object database of the repository the workspace at
@@ -395,17 +423,7 @@ struct RepoCache {
 pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
     let want = *oid;
     let oid = git2::Oid::from_bytes(oid).ok()?;
-    let bytes = REPOS.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.as_ref().is_none_or(|c| c.root != root) {
-            git2::opts::strict_hash_verification(false);
-            *slot = Some(RepoCache {
-                root: root.to_path_buf(),
-                repos: open_containing(root).map(|(r, _)| r).into_iter().collect(),
-                submodules_opened: false,
-            });
-        }
-        let cache = slot.as_mut()?;
+    let bytes = with_repos(root, |cache| {
         let find = |repos: &[git2::Repository]| {
             repos
                 .iter()
@@ -425,6 +443,57 @@ pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
         found
     })?;
     (blob_id(&bytes) == crate::hash::hex(&want)).then_some(bytes)
+}
+
+/// Whether git holds blob `oid` for the workspace at `root` ([`read_blob`]'s
+/// repositories; the object is looked up, not read).
+pub fn has_blob(root: &Path, oid: &[u8; 20]) -> bool {
+    let Ok(id) = git2::Oid::from_bytes(oid) else {
+        return false;
+    };
+    let here = with_repos(root, |cache| {
+        Some(
+            cache
+                .repos
+                .iter()
+                .any(|r| r.odb().is_ok_and(|o| o.exists(id))),
+        )
+    })
+    .unwrap_or(false);
+    here || read_blob(root, oid).is_some()
+}
+
+/// Reads blob `oid` when the HEAD commit of the repository the workspace at
+/// `root` lies in holds exactly that blob at `key` (a workspace path): then
+/// ckpt can leave it in git instead of copying it, since only a rewrite of
+/// history followed by `git gc` could take it away. `None` otherwise (only
+/// staged, a submodule's file, no commit yet): the caller stores a copy.
+pub fn read_committed_blob(root: &Path, key: &[u8], oid: &[u8; 20]) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = git2::Oid::from_bytes(oid).ok()?;
+    let bytes = with_repos(root, |cache| {
+        let repo = cache.repos.first()?;
+        let head = repo.refname_to_id("HEAD").ok()?;
+        let tree = match cache.head_tree {
+            Some((commit, tree)) if commit == head => tree,
+            _ => {
+                let tree = repo.find_commit(head).ok()?.tree_id();
+                cache.head_tree = Some((head, tree));
+                tree
+            }
+        };
+        let tree = repo.find_tree(tree).ok()?;
+        let mut path = cache.inner.clone();
+        path.extend_from_slice(key);
+        let entry = tree
+            .get_path(Path::new(std::ffi::OsStr::from_bytes(&path)))
+            .ok()?;
+        if entry.id() != want || entry.kind() != Some(git2::ObjectType::Blob) {
+            return None;
+        }
+        repo.find_blob(want).ok().map(|b| b.content().to_vec())
+    })?;
+    (blob_id(&bytes) == crate::hash::hex(oid)).then_some(bytes)
 }
 
 /// Returns git's blob id (sha1 of `blob <len>\0<bytes>`, 40 hex) for `data`,

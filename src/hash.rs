@@ -42,15 +42,7 @@ impl ContentHash {
     /// Parses 64 lowercase hex digits (no prefix). Anything else is refused, so a
     /// hash can never smuggle a path separator or `..` into a blob path.
     pub fn from_hex(s: &str) -> Option<ContentHash> {
-        let b = s.as_bytes();
-        if b.len() != 64 {
-            return None;
-        }
-        let mut out = [0u8; 32];
-        for (i, chunk) in b.chunks_exact(2).enumerate() {
-            out[i] = (nibble(chunk[0])? << 4) | nibble(chunk[1])?;
-        }
-        Some(ContentHash(out))
+        from_hex_exact(s).map(ContentHash)
     }
 
     /// Returns a short form for human output (`sha256:` + 12 hex digits).
@@ -58,6 +50,24 @@ impl ContentHash {
         let h = self.hex();
         h[..12].to_string()
     }
+}
+
+/// Parses exactly `2 × N` lowercase hex digits into `N` bytes.
+fn from_hex_exact<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let b = s.as_bytes();
+    if b.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, chunk) in b.chunks_exact(2).enumerate() {
+        out[i] = (nibble(chunk[0])? << 4) | nibble(chunk[1])?;
+    }
+    Some(out)
+}
+
+/// Parses a git object id (40 lowercase hex digits).
+pub fn oid_from_hex(s: &str) -> Option<[u8; 20]> {
+    from_hex_exact(s)
 }
 
 fn nibble(c: u8) -> Option<u8> {

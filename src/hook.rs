@@ -293,6 +293,10 @@ fn call_id(ws: &Workspace, ev: &HookEvent) -> (String, String) {
     }
 }
 
+/// How many bytes of the contents a shell post stores are kept in memory for
+/// its diffs (beyond it, a diff reads the stored blob back).
+const RECENT_BUDGET: usize = 64 << 20;
+
 /// Runs the hook for one event.
 pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
     match ev.phase {
@@ -590,6 +594,9 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // Other shell calls open right now could have made any change we
                 // see: name them all rather than guess (issue 3).
                 let others = open_scan_calls(ws, &call);
+                // The contents the scan stores (or reads from git) are diffed
+                // right after: kept in memory up to a budget, not read back.
+                ws.blobs().keep_recent(RECENT_BUDGET);
                 let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
                 crate::dispose(pre_snap);
                 for u in &unknown {
@@ -632,6 +639,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                     Some(from) => call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell).map(Some),
                     None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell),
                 });
+                ws.blobs().forget_recent();
                 crate::timing("post: patches written");
                 for (ch, patch) in mine.iter().zip(made) {
                     if let Some((mut d, _)) = patch? {

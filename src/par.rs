@@ -13,26 +13,45 @@ pub(crate) fn cpus() -> usize {
 }
 
 /// `items.iter().map(f)`, in order, on two threads when the list is long and
-/// there are two CPUs. A panic in the helper is re-raised here.
+/// there are two CPUs. Each thread takes the next item not yet taken (sizes
+/// vary: a static split can leave one thread with the big files). A panic in
+/// the helper is re-raised here.
 pub(crate) fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     if items.len() < PARALLEL_FROM || cpus() < 2 {
         return items.iter().map(&f).collect();
     }
-    let (first, second) = items.split_at(items.len() / 2);
-    std::thread::scope(|s| {
-        let helper = std::thread::Builder::new()
-            .spawn_scoped(s, || second.iter().map(&f).collect::<Vec<R>>());
-        let mut out: Vec<R> = first.iter().map(&f).collect();
-        match helper {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(i) else {
+                return done;
+            };
+            done.push((i, f(item)));
+        }
+    };
+    let (mine, theirs) = std::thread::scope(|s| {
+        let helper = std::thread::Builder::new().spawn_scoped(s, work);
+        // This thread works too (alone, if no thread could be started).
+        let mine = work();
+        let theirs = match helper {
             Ok(h) => match h.join() {
-                Ok(v) => out.extend(v),
+                Ok(v) => v,
                 Err(p) => std::panic::resume_unwind(p),
             },
-            // No thread to be had: this one does the rest.
-            Err(_) => out.extend(second.iter().map(&f)),
-        }
-        out
-    })
+            Err(_) => Vec::new(),
+        };
+        (mine, theirs)
+    });
+    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    for (i, r) in mine.into_iter().chain(theirs) {
+        slots[i] = Some(r);
+    }
+    slots
+        .into_iter()
+        .map(|r| r.expect("every item was taken by one thread"))
+        .collect()
 }
 
 #[cfg(test)]

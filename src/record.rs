@@ -348,6 +348,15 @@ pub struct FilePatch {
     /// one whose window saw it first. Empty when there is no doubt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<String>,
+    /// The git blob id (40 hex) of the before bytes, when ckpt left them in
+    /// the repository's object database instead of copying them into
+    /// `artifacts/blobs/` (a file committed at HEAD that a shell call
+    /// changed): readers of `before_hash` fall back on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_git: Option<String>,
+    /// The same for the after bytes (a call that checked a file out of git).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_git: Option<String>,
 }
 
 /// git state at a checkpoint.

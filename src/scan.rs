@@ -871,13 +871,23 @@ fn same_content(ws: &Workspace, key: &[u8], e: &Entry) -> bool {
 /// The state of a present entry, as a stored blob; `None` when its content
 /// is unknown (too big to store, unreadable, or a git object that cannot be
 /// read): such a file is never mistaken for an absent one.
-fn state_of(ws: &Workspace, e: &Entry) -> Result<Option<FileState>, WorkspaceError> {
+/// A git-clean entry's content committed at HEAD is left in git (noted for
+/// the record that names it); any other is copied into the store.
+fn state_of(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<FileState>, WorkspaceError> {
     let hash = match (e.hash, e.git_oid) {
         (Some(h), _) => h,
-        (None, Some(oid)) => match crate::git::read_blob(ws.root(), &oid) {
-            Some(bytes) => ws.blobs().put_bytes(&bytes)?,
-            None => return Ok(None),
-        },
+        (None, Some(oid)) => {
+            if let Some(bytes) = crate::git::read_committed_blob(ws.root(), rel.as_bytes(), &oid) {
+                let h = ContentHash::of(&bytes);
+                ws.blobs().note_git(h, oid, bytes);
+                h
+            } else {
+                match crate::git::read_blob(ws.root(), &oid) {
+                    Some(bytes) => ws.blobs().put_vec(bytes)?,
+                    None => return Ok(None),
+                }
+            }
+        }
         _ => return Ok(None),
     };
     Ok(Some(if e.symlink {
@@ -1080,15 +1090,16 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         }
     }
     crate::timing("scan: paired");
-    // The before contents of git-clean files are read from git's objects and
-    // stored here: on two threads when many files changed.
-    let states = crate::par::map(&differ, |(_, b, a)| -> Result<_, WorkspaceError> {
+    // The before contents of git-clean files are read from git's objects
+    // (and left there when committed at HEAD, else stored): on two threads
+    // when many files changed.
+    let states = crate::par::map(&differ, |(rel, b, a)| -> Result<_, WorkspaceError> {
         let before = match b {
-            Some(b) => state_of(ws, b)?,
+            Some(b) => state_of(ws, rel, b)?,
             None => Some(FileState::Absent),
         };
         let after = match a {
-            Some(a) => state_of(ws, a)?,
+            Some(a) => state_of(ws, rel, a)?,
             None => Some(FileState::Absent),
         };
         Ok((before, after))

@@ -230,7 +230,7 @@ impl Workspace {
             canonical_root,
             confined,
             ledger: Ledger::new(rt.clone(), clock.clone()),
-            blobs: BlobStore::new(rt.clone()),
+            blobs: BlobStore::new(rt.clone()).with_git_root(root.to_path_buf()),
             trash: Trash::new(rt.clone()),
             rt,
             clock,

@@ -196,6 +196,104 @@ fn first_use_copies_nothing_that_is_clean_against_git() {
     );
 }
 
+/// A file committed at HEAD that a shell call changes is not copied into the
+/// store: its before bytes stay in git's object database, the record names
+/// the blob (`before_git`), and rollback and `verify` read them from there.
+/// A file only staged (its blob would be pruned once unstaged) is copied.
+/// If git loses the object, `verify` says which and where it was.
+#[test]
+fn a_committed_files_before_bytes_stay_in_git_and_roll_back_from_there() {
+    let Some(env) = repo() else {
+        return;
+    };
+    env.write("staged.txt", b"staged, never committed\n");
+    git(&env, &["add", "staged.txt"]);
+    // Files written in the tick the index was are racily clean (and then
+    // stored at first use); `git status` rewrites the index after a tick.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    git(&env, &["status", "--porcelain"]);
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(blob_count(&env), 0, "nothing is copied at first use");
+    exec_sh(
+        &env,
+        "printf 'agent\\n' > src/a.txt; printf 'agent too\\n' > staged.txt",
+    );
+    let committed = git(&env, &["rev-parse", "HEAD:src/a.txt"])
+        .trim()
+        .to_string();
+    let staged = git(&env, &["rev-parse", ":staged.txt"]).trim().to_string();
+    let recs = records(&env);
+    let patch = |path: &str| {
+        recs.iter()
+            .find(|r| r["kind"] == "file_patch" && r["path"] == path)
+            .unwrap_or_else(|| panic!("no patch for {path}: {recs:?}"))
+            .clone()
+    };
+    let a = patch("src/a.txt");
+    assert_eq!(a["before_git"], committed.as_str(), "{a}");
+    let s = patch("staged.txt");
+    assert!(
+        s.get("before_git").is_none(),
+        "a staged blob is copied: {s}"
+    );
+    let stored = |hash: &serde_json::Value| {
+        let hex = hash.as_str().unwrap().trim_start_matches("sha256:");
+        env.rt()
+            .join("artifacts/blobs")
+            .join(&hex[..2])
+            .join(&hex[2..])
+            .exists()
+    };
+    assert!(!stored(&a["before_hash"]), "committed bytes are not copied");
+    assert!(stored(&s["before_hash"]), "staged bytes are copied");
+    assert!(stored(&a["after_hash"]) && stored(&s["after_hash"]));
+    assert_eq!(blob_count(&env), 3, "two after contents, one staged before");
+    assert_ne!(staged, "");
+
+    // `diff` renders the call from git's blob; verify reads it from there.
+    let r = env.ckpt(&["diff", "--call", a["call"].as_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("-one") && r.stdout.contains("+agent"),
+        "{}",
+        r.stdout
+    );
+    let r = env.ckpt(&["verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(env.ws.join("src/a.txt")).unwrap(),
+        b"one\ntwo\nthree\n"
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join("staged.txt")).unwrap(),
+        b"staged, never committed\n"
+    );
+    let r = env.ckpt(&["verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+
+    // Git loses the object (a history rewrite and `git gc`; here its loose
+    // file is removed): verify names the blob git no longer has.
+    let loose = env
+        .ws
+        .join(".git/objects")
+        .join(&committed[..2])
+        .join(&committed[2..]);
+    std::fs::remove_file(&loose).unwrap();
+    let r = env.ckpt(&["verify", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.stdout);
+    let problems = r.json()["problems"].as_array().unwrap().clone();
+    assert!(
+        problems.iter().any(|p| p["problem"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("blob_missing") && m.contains(&committed))),
+        "{problems:?}"
+    );
+}
+
 /// Where git converts a file's bytes on their way into its objects (a clean
 /// filter, as Git LFS and git-crypt have; `core.autocrlf = input` with a
 /// CRLF file), the stat-clean index entry's blob is not the file's content:
