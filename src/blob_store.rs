@@ -414,6 +414,7 @@ impl BlobStore {
     /// Syncs a new blob's data (or queues the sync, which then sets 0600).
     fn sync_new(f: &File, pending: bool) -> io::Result<()> {
         if batch_defers() {
+            fs_util::start_writeback(f);
             // In flight until the batch's end (`settle_batch`).
             return Ok(());
         }
@@ -445,6 +446,9 @@ impl BlobStore {
             && size == data.len() as u64
         {
             self.settle(&h, perm)?;
+            return Ok(h);
+        }
+        if self.put_anonymous(&h, data)? {
             return Ok(h);
         }
         let tmp = self.tmp_dir()?;
@@ -515,6 +519,51 @@ impl BlobStore {
         self.put_reader(file)
     }
 
+    /// Stores `data` (hash `h`) as an unnamed file in its fan-out directory,
+    /// named once written and synced ([`fs_util::create_anonymous`]): two
+    /// threads storing a call's contents do not take turns on `tmp/`'s lock
+    /// and the file system's rename lock for every blob. `Ok(false)` when
+    /// this way is not available, or the name is taken (the caller then goes
+    /// through `tmp/`, which also repairs a damaged copy).
+    fn put_anonymous(&self, h: &ContentHash, data: &[u8]) -> Result<bool, BlobError> {
+        let (fan, rest) = rel_name(h);
+        let fanfd = self.fan_dir(&fan)?;
+        let pending = (fs_util::collecting() && !crate::durability_off()) || batch_defers();
+        let mode = if pending { IN_FLIGHT_MODE } else { 0o600 };
+        let Some(mut f) = fs_util::create_anonymous(fanfd.as_fd(), mode)
+            .map_err(|e| Self::err("create", "artifacts/blobs", e))?
+        else {
+            return Ok(false);
+        };
+        f.write_all(data)
+            .and_then(|_| Self::sync_new(&f, pending))
+            .map_err(|e| Self::err("write", "artifacts/blobs", e))?;
+        failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "blob", e))?;
+        match fs_util::link_anonymous(&f, fanfd.as_fd(), OsStr::new(&rest)) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(Self::err("publish", "blob", e)),
+        }
+        drop(f);
+        self.published(&fan, h)?;
+        Ok(true)
+    }
+
+    /// What follows a new blob's name: its directory synced (or left to the
+    /// batch's `syncfs`).
+    fn published(&self, fan: &str, h: &ContentHash) -> Result<(), BlobError> {
+        let fanfd = self.fan_dir(fan)?;
+        fs_util::note_deferred();
+        if batch_defers() {
+            self.note_batch(h);
+        }
+        // The new name is durable only once its directory is synced.
+        fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
+        failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;
+        Ok(())
+    }
+
     fn publish(&self, tmp_name: &str, h: &ContentHash) -> Result<(), BlobError> {
         let tmp = self.tmp_dir()?;
         let (fan, rest) = rel_name(h);
@@ -551,14 +600,7 @@ impl BlobStore {
                 return Err(Self::err("publish", "blob", e));
             }
         }
-        fs_util::note_deferred();
-        if batch_defers() {
-            self.note_batch(h);
-        }
-        // The new name is durable only once its directory is synced.
-        fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
-        failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;
-        Ok(())
+        self.published(&fan, h)
     }
 
     fn open(&self, h: &ContentHash) -> Result<File, BlobError> {
@@ -724,5 +766,63 @@ mod tests {
         assert_eq!(perm(&store, &d), IN_FLIGHT_MODE);
         assert_eq!(store.put_bytes(b"orphan\n").unwrap(), d);
         assert_eq!(perm(&store, &d), 0o600);
+    }
+}
+
+#[cfg(test)]
+mod recent_tests {
+    use super::*;
+
+    /// A blob is stored without a temp name left behind; storing the same
+    /// bytes over a damaged copy (here cut short) replaces it.
+    #[test]
+    fn a_blob_is_named_once_written_and_a_damaged_copy_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir.path()).unwrap());
+        let store = BlobStore::new(rt);
+        let h = store.put_bytes(b"stored whole\n").unwrap();
+        assert_eq!(store.get(&h).unwrap(), b"stored whole\n");
+        let tmp = dir.path().join("tmp");
+        let left = std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(left, 0, "no temp file is left in tmp/");
+        let (fan, rest) = rel_name(&h);
+        let path = dir.path().join("artifacts/blobs").join(fan).join(rest);
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        std::fs::write(&path, b"stored").unwrap();
+        assert_eq!(store.get(&h).unwrap_err().code(), "blob_hash_mismatch");
+        assert_eq!(store.put_bytes(b"stored whole\n").unwrap(), h);
+        assert_eq!(store.get(&h).unwrap(), b"stored whole\n");
+    }
+
+    /// While the store keeps recent contents, reading one back does not
+    /// touch the file (here removed); once it stops, the file is read.
+    #[test]
+    fn contents_kept_in_memory_are_read_back_without_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir.path()).unwrap());
+        let store = BlobStore::new(rt);
+        let src = dir.path().join("src.txt");
+        std::fs::write(&src, b"kept in memory\n").unwrap();
+        store.keep_recent(1 << 20);
+        let mut f = File::open(&src).unwrap();
+        let (h, _) = store.put_file_sized(&mut f, 15).unwrap();
+        let small = store.put_bytes(b"a symlink target").unwrap();
+        let (fan, rest) = rel_name(&h);
+        std::fs::remove_file(dir.path().join("artifacts/blobs").join(fan).join(rest)).unwrap();
+        assert_eq!(
+            store.get_shared(&h).unwrap().as_slice(),
+            b"kept in memory\n"
+        );
+        assert_eq!(store.get(&h).unwrap(), b"kept in memory\n");
+        assert_eq!(store.get(&small).unwrap(), b"a symlink target");
+        store.forget_recent();
+        assert_eq!(store.get(&h).unwrap_err().code(), "blob_missing");
+        // Beyond the budget nothing is kept.
+        store.keep_recent(4);
+        let big = store.put_bytes(b"more than four bytes").unwrap();
+        let (fan, rest) = rel_name(&big);
+        std::fs::remove_file(dir.path().join("artifacts/blobs").join(fan).join(rest)).unwrap();
+        assert!(store.get(&big).is_err());
     }
 }

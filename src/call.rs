@@ -159,7 +159,20 @@ pub fn patch_record(
     let (bm, am) = (before.mode_string(), after.mode_string());
     let id = ws.clock().new_id("p_");
     let patch_ref = if artifact {
-        let diff = diff_of(rel, (b, bm.as_deref()), (a, am.as_deref()));
+        let noted = |s: &FileState| s.hash().and_then(|h| ws.blobs().git_noted(&h));
+        let diff = diff_of(
+            rel,
+            Side {
+                bytes: b,
+                mode: bm.as_deref(),
+                git_id: noted(before),
+            },
+            Side {
+                bytes: a,
+                mode: am.as_deref(),
+                git_id: noted(after),
+            },
+        );
         Some(write_patch_artifact(ws, &id, &diff)?)
     } else {
         None
@@ -492,22 +505,22 @@ pub fn patch_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceErr
     let (b, a) = (load(p.before_hash)?, load(p.after_hash)?);
     Ok(diff_of(
         &p.path,
-        (b.as_deref(), p.before_mode.as_deref()),
-        (a.as_deref(), p.after_mode.as_deref()),
+        Side {
+            bytes: b.as_deref(),
+            mode: p.before_mode.as_deref(),
+            git_id: None,
+        },
+        Side {
+            bytes: a.as_deref(),
+            mode: p.after_mode.as_deref(),
+            git_id: None,
+        },
     ))
 }
 
 /// The unified diff of `rel` from `(bytes, mode)` before to after.
-fn diff_of(
-    rel: &RelPath,
-    (b, bm): (Option<&[u8]>, Option<&str>),
-    (a, am): (Option<&[u8]>, Option<&str>),
-) -> Vec<u8> {
-    patch::unified_diff(
-        rel.as_bytes(),
-        Side { bytes: b, mode: bm },
-        Side { bytes: a, mode: am },
-    )
+fn diff_of(rel: &RelPath, before: Side<'_>, after: Side<'_>) -> Vec<u8> {
+    patch::unified_diff(rel.as_bytes(), before, after)
 }
 
 /// Reads a patch's diff artifact. The id must be a plain id (letters, digits,

@@ -402,6 +402,17 @@ pub fn reset_deferred() {
     DEFERRED.store(0, Ordering::Relaxed);
 }
 
+/// Starts writing back `f`'s dirty pages now, without waiting: inside a
+/// batch whose end runs one `syncfs` ([`sync_all_under`]), so that the disk
+/// works while the batch goes on computing, and the `syncfs` finds less to
+/// write. (`POSIX_FADV_DONTNEED` starts writeback of dirty pages and drops
+/// only clean ones.) Best effort: nothing depends on it.
+pub fn start_writeback(f: &File) {
+    if crate::durability_off() && !crate::test_no_fsync() {
+        let _ = rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::DontNeed);
+    }
+}
+
 /// `fdatasync`s a file, unless tests switched durability off (`CKPT_TEST_FSYNC=0`).
 /// While a [`SyncSet`] is collecting, the sync is queued for its flush instead.
 pub fn sync_data(f: &File) -> io::Result<()> {
@@ -536,6 +547,7 @@ pub fn write_new(dir: BorrowedFd<'_>, name: &OsStr, data: &[u8], mode: u32) -> i
     let res = (|| {
         let mut f = f;
         f.write_all(data)?;
+        start_writeback(&f);
         failpoint::hit("new.after_write")?;
         sync_data(&f)?;
         drop(f);
@@ -592,6 +604,49 @@ pub fn create_excl(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<F
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
     }
     Ok(File::from(fd))
+}
+
+/// Opens an unnamed regular file in `dir` (`O_TMPFILE`), to be given its
+/// name by [`link_anonymous`] once written: nothing is left behind if the
+/// process dies first, and no temp name is created in (and renamed out of)
+/// a directory that every writer shares. `None` where the file system or
+/// kernel cannot (the caller then uses a named temp file).
+pub fn create_anonymous(dir: BorrowedFd<'_>, mode: u32) -> io::Result<Option<File>> {
+    let mode = mode & 0o777;
+    let fd = match rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if umask_may_clear(mode) {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    }
+    Ok(Some(File::from(fd)))
+}
+
+/// Gives a file from [`create_anonymous`] the name `dir/name` (never
+/// replacing one: `EEXIST` if taken). `Ok(false)` when it cannot be named
+/// this way (no `/proc`): the caller writes the bytes again through a temp
+/// file.
+pub fn link_anonymous(f: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let proc = format!("/proc/self/fd/{}", f.as_raw_fd());
+    match rustix::fs::linkat(
+        rustix::fs::CWD,
+        proc.as_str(),
+        dir,
+        name,
+        AtFlags::SYMLINK_FOLLOW,
+    ) {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT | Errno::ACCESS | Errno::PERM | Errno::XDEV) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether the umask is unknown or removes some of `mode`'s bits.

@@ -382,11 +382,16 @@ struct RepoCache {
     repos: Vec<git2::Repository>,
     /// The workspace's path inside the first repository (`""` or `dir/`).
     inner: Vec<u8>,
-    /// The first repository's HEAD commit and its tree, as last looked up
-    /// (HEAD is resolved again each time; the tree only when it moved).
-    head_tree: Option<(git2::Oid, git2::Oid)>,
+    /// The tree of the first repository's HEAD commit and when HEAD was
+    /// resolved: again once that is [`HEAD_FRESH`] old (a shell post asks
+    /// for a hundred files in a few milliseconds; resolving HEAD reads two
+    /// files each time).
+    head_tree: Option<(std::time::Instant, git2::Oid)>,
     submodules_opened: bool,
 }
+
+/// How long a resolved HEAD is trusted by [`read_committed_blob`].
+const HEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Runs `f` on this thread's repositories of the workspace at `root` (the
 /// one it lies in first; opened once per thread and root).
@@ -473,12 +478,13 @@ pub fn read_committed_blob(root: &Path, key: &[u8], oid: &[u8; 20]) -> Option<Ve
     let want = git2::Oid::from_bytes(oid).ok()?;
     let bytes = with_repos(root, |cache| {
         let repo = cache.repos.first()?;
-        let head = repo.refname_to_id("HEAD").ok()?;
         let tree = match cache.head_tree {
-            Some((commit, tree)) if commit == head => tree,
+            Some((at, tree)) if at.elapsed() < HEAD_FRESH => tree,
             _ => {
+                let at = std::time::Instant::now();
+                let head = repo.refname_to_id("HEAD").ok()?;
                 let tree = repo.find_commit(head).ok()?.tree_id();
-                cache.head_tree = Some((head, tree));
+                cache.head_tree = Some((at, tree));
                 tree
             }
         };

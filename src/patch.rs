@@ -12,6 +12,9 @@ pub struct Side<'a> {
     pub bytes: Option<&'a [u8]>,
     /// git-style mode (`100644`, `100755`, `120000`).
     pub mode: Option<&'a str>,
+    /// The bytes' git blob id, when the caller knows it (it is then not
+    /// computed again for the `index` line).
+    pub git_id: Option<[u8; 20]>,
 }
 
 /// True when `bytes` look binary to git (a NUL in the first 8000 bytes).
@@ -102,10 +105,10 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
 /// The `index <old>..<new>[ <mode>]` line: full git blob ids (binary patches
 /// need them) and the mode when it is unchanged.
 fn index_line(before: Side<'_>, after: Side<'_>) -> String {
-    let id = |side: Side<'_>| {
-        side.bytes
-            .map(crate::git::blob_id)
-            .unwrap_or_else(|| "0".repeat(40))
+    let id = |side: Side<'_>| match (side.bytes, side.git_id) {
+        (Some(_), Some(known)) => crate::hash::hex(&known),
+        (Some(b), None) => crate::git::blob_id(b),
+        (None, _) => "0".repeat(40),
     };
     let mode = match (before.bytes, after.bytes, before.mode, after.mode) {
         (Some(_), Some(_), Some(m1), Some(m2)) if m1 == m2 => format!(" {m1}"),

@@ -164,10 +164,12 @@ fn show_conflict(
         Side {
             bytes: base.as_deref(),
             mode: bm.as_deref(),
+            git_id: None,
         },
         Side {
             bytes: agent.as_deref(),
             mode: am.as_deref(),
+            git_id: None,
         },
     ))?;
     ui.line("── changes since the agent (agent → yours) ──")?;
@@ -176,10 +178,12 @@ fn show_conflict(
         Side {
             bytes: agent.as_deref(),
             mode: am.as_deref(),
+            git_id: None,
         },
         Side {
             bytes: cur.as_deref(),
             mode: cm.as_deref(),
+            git_id: None,
         },
     ))?;
     match (&base, &agent, &cur) {
