@@ -292,34 +292,32 @@ fn main() {
         hook(&ws, "post", &bash(&ws, "PostToolUse", "sync"));
         // The shadow repository was just written (hundreds of MB on W2/W3).
         settle();
-        let mut nochange = Vec::new();
+        // The pairs and every floor are measured in turns, in the same
+        // minutes: after the shadow repository is written, every stat on
+        // the tree runs up to ~2.5x slower for a minute or two (seen by hand
+        // on W2: the floor process 12.8 -> 30.3 ms, the hooks alike), so a
+        // floor measured after all the pairs understated the pairs' floor.
+        let known = workload::known_paths(&ws).unwrap();
+        let list = base.join(format!("{}-known-paths.txt", spec.name));
+        workload::save_known_paths(&known, &list).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let (mut nochange, mut floor, mut kfloor, mut kfloor2, mut pfloor) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..n_shell {
             let id = format!("nc{i}");
             nochange.push(
                 hook(&ws, "pre", &bash(&ws, "PreToolUse", &id))
                     + hook(&ws, "post", &bash(&ws, "PostToolUse", &id)),
             );
+            floor.push(workload::stat_walk_floor(&ws).unwrap());
+            kfloor.push(workload::known_path_floor(&known).unwrap());
+            kfloor2.push(workload::known_path_floor_2t(&known).unwrap());
+            pfloor.push(workload::known_path_process_floor(&exe, &list).unwrap());
         }
         let nochange = stats(&mut nochange);
-        let mut floor: Vec<Duration> = (0..n_shell)
-            .map(|_| workload::stat_walk_floor(&ws).unwrap())
-            .collect();
         let floor = stats(&mut floor);
-        let known = workload::known_paths(&ws).unwrap();
-        let mut kfloor: Vec<Duration> = (0..n_shell)
-            .map(|_| workload::known_path_floor(&known).unwrap())
-            .collect();
         let kfloor = stats(&mut kfloor);
-        let mut kfloor2: Vec<Duration> = (0..n_shell)
-            .map(|_| workload::known_path_floor_2t(&known).unwrap())
-            .collect();
         let kfloor2 = stats(&mut kfloor2);
-        let list = base.join(format!("{}-known-paths.txt", spec.name));
-        workload::save_known_paths(&known, &list).unwrap();
-        let exe = std::env::current_exe().unwrap();
-        let mut pfloor: Vec<Duration> = (0..n_shell)
-            .map(|_| workload::known_path_process_floor(&exe, &list).unwrap())
-            .collect();
         let pfloor = stats(&mut pfloor);
         let _ = std::fs::remove_file(&list);
         push(
