@@ -533,6 +533,62 @@ pub fn write_atomic(
     res
 }
 
+/// [`write_atomic`] (`no_replace`) for several new files at once: every
+/// temp file is written, their data synced together (one wait), then each
+/// is renamed to its name unless that is taken. Returns, per file, whether
+/// it was written. The directory's `fsync` (the new names) is the caller's:
+/// [`fsync_dir`] after this, typically in a [`SyncSet`] with others.
+pub fn write_new_atomic(
+    dir: BorrowedFd<'_>,
+    files: &[(&str, &[u8])],
+    mode: u32,
+) -> io::Result<Vec<bool>> {
+    let mut tmps: Vec<String> = Vec::new();
+    let cleanup = |tmps: &[String]| {
+        for t in tmps {
+            let _ = rustix::fs::unlinkat(dir, t.as_str(), AtFlags::empty());
+        }
+    };
+    let res = (|| {
+        let mut syncs = Vec::new();
+        for (_, data) in files {
+            let tmp = temp_name(".ckpt-tmp-");
+            let mut f = create_excl(dir, OsStr::new(&tmp), mode)?;
+            tmps.push(tmp);
+            f.write_all(data)?;
+            failpoint::hit("atomic.after_tmp_write")?;
+            syncs.push(Queued {
+                fd: OwnedFd::from(f),
+                kind: SyncKind::Data,
+                dir_id: None,
+            });
+        }
+        // The data of all of them, concurrently, before any is named (run
+        // here, never left to a set that may be collecting around us).
+        if !crate::durability_off() {
+            run_syncs(&syncs)?;
+        }
+        failpoint::hit("atomic.before_rename")?;
+        let mut wrote = Vec::new();
+        for ((name, _), tmp) in files.iter().zip(&tmps) {
+            match rustix::fs::renameat_with(dir, tmp.as_str(), dir, *name, RenameFlags::NOREPLACE) {
+                Ok(()) => wrote.push(true),
+                Err(Errno::EXIST) => {
+                    let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+                    wrote.push(false);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        failpoint::hit("atomic.after_rename")?;
+        Ok(wrote)
+    })();
+    if res.is_err() {
+        cleanup(&tmps);
+    }
+    res
+}
+
 /// Writes the new file `dir/name` durably, creating it at its final name
 /// (`O_EXCL`: an existing name is `AlreadyExists`), for names nobody else
 /// uses and nothing refers to until this returns: a patch artifact is named
@@ -984,6 +1040,40 @@ pub fn open_regular_at_sized(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// New files written together: each is named only once all are written
+    /// and synced; a name already taken is left as it is (and reported), and
+    /// no temp file remains.
+    #[test]
+    fn new_files_written_together_keep_a_name_already_taken() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("taken"), b"the user's").unwrap();
+        let dir = open_dir(rustix::fs::CWD, t.path()).unwrap();
+        let wrote = write_new_atomic(
+            dir.as_fd(),
+            &[("fresh", &b"new\n"[..]), ("taken", &b"ours\n"[..])],
+            0o600,
+        )
+        .unwrap();
+        assert_eq!(wrote, [true, false]);
+        assert_eq!(std::fs::read(t.path().join("fresh")).unwrap(), b"new\n");
+        assert_eq!(
+            std::fs::read(t.path().join("taken")).unwrap(),
+            b"the user's"
+        );
+        let mut names: Vec<_> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["fresh", "taken"]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(t.path().join("fresh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 
     #[test]
     fn a_file_read_by_its_seen_size_is_read_whole_even_if_it_changed() {
