@@ -118,6 +118,16 @@ struct GitBacked {
     recorded: OnceLock<HashMap<ContentHash, [u8; 20]>>,
 }
 
+/// While alive, the store keeps what it stores ([`BlobStore::keep_recent`]).
+#[must_use = "the contents are kept only while the guard lives"]
+pub struct KeepRecent<'a>(&'a BlobStore);
+
+impl Drop for KeepRecent<'_> {
+    fn drop(&mut self) {
+        self.0.forget_recent();
+    }
+}
+
 /// The bytes of contents stored (or read from git) by this process, up to a
 /// budget, so that reading them back soon after costs neither a read nor a
 /// second sha256 (a shell post diffs the contents it just stored).
@@ -212,17 +222,18 @@ impl BlobStore {
 
     /// Keeps the bytes of contents this process stores or reads from git
     /// from now on, up to `budget` bytes in all, for
-    /// [`get`](Self::get) to return without reading and hashing them again.
-    /// [`forget_recent`](Self::forget_recent) ends it.
-    pub fn keep_recent(&self, budget: usize) {
+    /// [`get`](Self::get) to return without reading and hashing them again,
+    /// until the returned guard is dropped (on every path, errors included).
+    pub fn keep_recent(&self, budget: usize) -> KeepRecent<'_> {
         *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = Some(Recent {
             map: HashMap::new(),
             left: budget,
         });
+        KeepRecent(self)
     }
 
     /// Drops what [`keep_recent`](Self::keep_recent) kept and stops keeping.
-    pub fn forget_recent(&self) {
+    fn forget_recent(&self) {
         *self.recent.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -806,7 +817,7 @@ mod recent_tests {
         let store = BlobStore::new(rt);
         let src = dir.path().join("src.txt");
         std::fs::write(&src, b"kept in memory\n").unwrap();
-        store.keep_recent(1 << 20);
+        let kept = store.keep_recent(1 << 20);
         let mut f = File::open(&src).unwrap();
         let (h, _) = store.put_file_sized(&mut f, 15).unwrap();
         let small = store.put_bytes(b"a symlink target").unwrap();
@@ -818,10 +829,10 @@ mod recent_tests {
         );
         assert_eq!(store.get(&h).unwrap(), b"kept in memory\n");
         assert_eq!(store.get(&small).unwrap(), b"a symlink target");
-        store.forget_recent();
+        drop(kept);
         assert_eq!(store.get(&h).unwrap_err().code(), "blob_missing");
         // Beyond the budget nothing is kept.
-        store.keep_recent(4);
+        let _kept = store.keep_recent(4);
         let big = store.put_bytes(b"more than four bytes").unwrap();
         let (fan, rest) = rel_name(&big);
         std::fs::remove_file(dir.path().join("artifacts/blobs").join(fan).join(rest)).unwrap();

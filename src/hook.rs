@@ -596,7 +596,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 let others = open_scan_calls(ws, &call);
                 // The contents the scan stores (or reads from git) are diffed
                 // right after: kept in memory up to a budget, not read back.
-                ws.blobs().keep_recent(RECENT_BUDGET);
+                let kept = ws.blobs().keep_recent(RECENT_BUDGET);
                 let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
                 crate::dispose(pre_snap);
                 for u in &unknown {
@@ -639,7 +639,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                     Some(from) => call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell).map(Some),
                     None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell),
                 });
-                ws.blobs().forget_recent();
+                drop(kept);
                 crate::timing("post: patches written");
                 for (ch, patch) in mine.iter().zip(made) {
                     if let Some((mut d, _)) = patch? {
