@@ -81,6 +81,13 @@ fn batch_defers() -> bool {
     crate::durability_off() && !crate::test_no_fsync()
 }
 
+/// The permission bits a new blob is created with, and whether its sync is
+/// left for later ([`IN_FLIGHT_MODE`] until it is done).
+fn new_blob_mode() -> (u32, bool) {
+    let pending = (fs_util::collecting() && !crate::durability_off()) || batch_defers();
+    (if pending { IN_FLIGHT_MODE } else { 0o600 }, pending)
+}
+
 /// The blob store of one workspace.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -358,12 +365,10 @@ impl BlobStore {
     /// here), or git holds it for ckpt ([`GitBacked`]; the object is there).
     pub fn contains(&self, h: &ContentHash) -> bool {
         self.stored_size(h).is_some()
-            || self.git_oid(h).is_some_and(|oid| {
-                self.git
-                    .root
-                    .as_ref()
-                    .is_some_and(|root| crate::git::has_blob(root, &oid))
-            })
+            || self
+                .git_oid(h)
+                .zip(self.git.root.as_ref())
+                .is_some_and(|(oid, root)| crate::git::has_blob(root, &oid))
     }
 
     fn stored_size(&self, h: &ContentHash) -> Option<u64> {
@@ -415,8 +420,7 @@ impl BlobStore {
     /// Creates a temp file for a new blob: [`IN_FLIGHT_MODE`] when its sync will
     /// be queued (it is published first), else 0600.
     fn create_tmp(&self, name: &str) -> Result<(File, bool), BlobError> {
-        let pending = (fs_util::collecting() && !crate::durability_off()) || batch_defers();
-        let mode = if pending { IN_FLIGHT_MODE } else { 0o600 };
+        let (mode, pending) = new_blob_mode();
         let f = fs_util::create_excl(self.tmp_dir()?.as_fd(), OsStr::new(name), mode)
             .map_err(|e| Self::err("create", "tmp", e))?;
         Ok((f, pending))
@@ -539,8 +543,7 @@ impl BlobStore {
     fn put_anonymous(&self, h: &ContentHash, data: &[u8]) -> Result<bool, BlobError> {
         let (fan, rest) = rel_name(h);
         let fanfd = self.fan_dir(&fan)?;
-        let pending = (fs_util::collecting() && !crate::durability_off()) || batch_defers();
-        let mode = if pending { IN_FLIGHT_MODE } else { 0o600 };
+        let (mode, pending) = new_blob_mode();
         let Some(mut f) = fs_util::create_anonymous(fanfd.as_fd(), mode)
             .map_err(|e| Self::err("create", "artifacts/blobs", e))?
         else {

@@ -158,19 +158,19 @@ pub fn patch_record(
     let binary = b.is_some_and(patch::is_binary) || a.is_some_and(patch::is_binary);
     let (bm, am) = (before.mode_string(), after.mode_string());
     let id = ws.clock().new_id("p_");
+    let (before_git, after_git) = (git_held(ws, before), git_held(ws, after));
     let patch_ref = if artifact {
-        let noted = |s: &FileState| s.hash().and_then(|h| ws.blobs().git_noted(&h));
         let diff = diff_of(
             rel,
             Side {
                 bytes: b,
                 mode: bm.as_deref(),
-                git_id: noted(before),
+                git_id: before_git,
             },
             Side {
                 bytes: a,
                 mode: am.as_deref(),
-                git_id: noted(after),
+                git_id: after_git,
             },
         );
         Some(write_patch_artifact(ws, &id, &diff)?)
@@ -193,8 +193,8 @@ pub fn patch_record(
         patch_ref,
         source,
         candidates: Vec::new(),
-        before_git: git_held(ws, before),
-        after_git: git_held(ws, after),
+        before_git: before_git.map(|o| crate::hash::hex(&o)),
+        after_git: after_git.map(|o| crate::hash::hex(&o)),
     };
     Ok(Some((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),
@@ -204,9 +204,8 @@ pub fn patch_record(
 
 /// The git blob that holds a side's bytes instead of the store, when this
 /// process left them there ([`crate::blob_store::BlobStore::note_git`]).
-fn git_held(ws: &Workspace, s: &FileState) -> Option<String> {
-    let h = s.hash()?;
-    ws.blobs().git_noted(&h).map(|oid| crate::hash::hex(&oid))
+fn git_held(ws: &Workspace, s: &FileState) -> Option<[u8; 20]> {
+    ws.blobs().git_noted(&s.hash()?)
 }
 
 /// Builds the `file_patch` draft of a rename (content unchanged, or changed
@@ -253,8 +252,8 @@ pub fn rename_patch(
         patch_ref: Some(patch_ref),
         source,
         candidates: Vec::new(),
-        before_git: git_held(ws, before),
-        after_git: git_held(ws, after),
+        before_git: git_held(ws, before).map(|o| crate::hash::hex(&o)),
+        after_git: git_held(ws, after).map(|o| crate::hash::hex(&o)),
     };
     Ok((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),

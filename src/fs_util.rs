@@ -513,13 +513,8 @@ pub fn write_atomic(
         drop(f);
         failpoint::hit("atomic.before_rename")?;
         if no_replace {
-            match rustix::fs::renameat_with(dir, tmp.as_str(), dir, name, RenameFlags::NOREPLACE) {
-                Ok(()) => {}
-                Err(Errno::EXIST) => {
-                    let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
-                    return Err(io::Error::from(io::ErrorKind::AlreadyExists));
-                }
-                Err(e) => return Err(e.into()),
+            if !rename_to_new(dir, &tmp, name)? {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
             }
         } else {
             rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
@@ -531,6 +526,19 @@ pub fn write_atomic(
         let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
     }
     res
+}
+
+/// Renames the temp file `tmp` to `name` unless that name is taken; then
+/// the temp file is removed and `false` returned.
+fn rename_to_new(dir: BorrowedFd<'_>, tmp: &str, name: &OsStr) -> io::Result<bool> {
+    match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(true),
+        Err(Errno::EXIST) => {
+            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// [`write_atomic`] (`no_replace`) for several new files at once: every
@@ -571,14 +579,7 @@ pub fn write_new_atomic(
         failpoint::hit("atomic.before_rename")?;
         let mut wrote = Vec::new();
         for ((name, _), tmp) in files.iter().zip(&tmps) {
-            match rustix::fs::renameat_with(dir, tmp.as_str(), dir, *name, RenameFlags::NOREPLACE) {
-                Ok(()) => wrote.push(true),
-                Err(Errno::EXIST) => {
-                    let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
-                    wrote.push(false);
-                }
-                Err(e) => return Err(e.into()),
-            }
+            wrote.push(rename_to_new(dir, tmp, OsStr::new(name))?);
         }
         failpoint::hit("atomic.after_rename")?;
         Ok(wrote)

@@ -193,7 +193,7 @@ impl Workspace {
             }
         }
         let wrote = fs_util::write_new_atomic(rt, &missing, 0o600)
-            .map_err(|e| ws.rt_err("write", "config.toml", e))?;
+            .map_err(|e| ws.rt_err("write", "{.gitignore,config.toml}", e))?;
         let wrote_config = missing
             .iter()
             .zip(&wrote)

@@ -255,6 +255,11 @@ fn a_committed_files_before_bytes_stay_in_git_and_roll_back_from_there() {
     let r = env.ckpt(&["diff", "--call", a["call"].as_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
+        r.stdout.contains(&format!("index {committed}..")),
+        "the patch names git's blob: {}",
+        r.stdout
+    );
+    assert!(
         r.stdout.contains("-one") && r.stdout.contains("+agent"),
         "{}",
         r.stdout
