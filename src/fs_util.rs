@@ -246,6 +246,94 @@ impl Drop for Pending {
     }
 }
 
+type Background = Vec<(Before, std::thread::JoinHandle<io::Result<()>>)>;
+
+thread_local! {
+    /// Syncs this thread started on threads of their own
+    /// ([`Pending::run_in_background`]), and whether the next record may be
+    /// written before they are done. Per thread, like [`QUEUED`]: the thread
+    /// that started them waits for them.
+    static BACKGROUND: std::cell::RefCell<Background> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether syncs run in the background must be done before the next ledger
+/// record is written, or only before it is reported durable.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Before {
+    /// Before the record is written: what they cover may hold content a
+    /// record names (a new directory of the store, say).
+    Records,
+    /// Only before the append returns: nothing a record names depends on
+    /// them (a cache file, say).
+    Return,
+}
+
+impl Pending {
+    /// Starts the syncs now on a thread of their own and returns at once:
+    /// this thread's next ledger append waits for them (before it writes, or
+    /// before it returns, as `before` says), and so do [`wait_background`]
+    /// and the `ckpt` binary's exit. For durable work that nothing needs until then
+    /// (a first hook's new directories), which can overlap the work between.
+    /// Run here when no thread can be started.
+    pub fn run_in_background(mut self, before: Before) -> io::Result<()> {
+        let list = std::sync::Arc::new(std::mem::take(&mut self.0));
+        if list.is_empty() {
+            return Ok(());
+        }
+        let theirs = list.clone();
+        let spawned = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || run_syncs(&theirs));
+        match spawned {
+            Ok(h) => {
+                BACKGROUND.with_borrow_mut(|b| b.push((before, h)));
+                Ok(())
+            }
+            Err(_) => run_syncs(&list),
+        }
+    }
+}
+
+/// `fdatasync`s `f` on a thread of its own ([`Pending::run_in_background`]),
+/// unless tests switched syncs off (`CKPT_TEST_FSYNC=0`); also inside a batch.
+pub fn sync_data_in_background(f: &File, before: Before) -> io::Result<()> {
+    if crate::test_no_fsync() {
+        return Ok(());
+    }
+    Pending(vec![Queued {
+        fd: rustix::io::fcntl_dupfd_cloexec(f, 0)?,
+        kind: SyncKind::Data,
+        dir_id: None,
+    }])
+    .run_in_background(before)
+}
+
+/// Waits for the syncs this thread started in the background
+/// ([`Pending::run_in_background`]);
+/// with `Before::Records`, only for those that must precede a record. The
+/// first error is returned, after every one has finished.
+pub fn wait_background(only: Option<Before>) -> io::Result<()> {
+    let taken: Background = BACKGROUND.with_borrow_mut(|list| {
+        let (take, keep) = std::mem::take(list)
+            .into_iter()
+            .partition(|(b, _)| only.is_none_or(|o| o == *b));
+        *list = keep;
+        take
+    });
+    // Every thread is joined, whatever the first one returned.
+    let mut result = Ok(());
+    for (_, h) in taken {
+        result = first_error(result, h.join());
+    }
+    result
+}
+
+/// `acc`, or else the outcome of a joined sync thread.
+fn first_error(acc: io::Result<()>, joined: std::thread::Result<io::Result<()>>) -> io::Result<()> {
+    let r = joined.unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
+    acc.and(r)
+}
+
 /// Takes every sync this thread queued so far, without running it: for
 /// content that the next ledger record does not name (temp files, patch
 /// artifacts named only by a later record), whose sync can overlap the
@@ -299,12 +387,7 @@ fn run_syncs(list: &[Queued]) -> io::Result<()> {
         // This thread works too (alone, if no helper could be started).
         let mut result = work();
         for h in helpers {
-            let r = h
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
-            if result.is_ok() {
-                result = r;
-            }
+            result = first_error(result, h.join());
         }
         result
     })?;

@@ -255,32 +255,65 @@ pub fn index_stats<'a>(
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, bool)> {
-    let (repo, inner) = open_containing(root)?;
-    let mut converts = may_convert(&repo, root, worktree_attribute_files);
-    let mut map = std::collections::HashMap::new();
-    let mut gitlinks = Vec::new();
-    read_index(&repo, &inner, b"", &mut map, &mut gitlinks)?;
-    let mut read = 0;
-    let mut level = 0;
-    while !gitlinks.is_empty() && level < SUBMODULE_DEPTH {
-        level += 1;
-        for key in std::mem::take(&mut gitlinks) {
-            if read == SUBMODULES_MAX {
-                break;
+    Some(IndexRead::start(root)?.finish(root, worktree_attribute_files))
+}
+
+/// The indexes [`index_stats`] reads, read before the work tree's
+/// `.gitattributes` files are known: a first walk reads them beside it.
+pub struct IndexRead {
+    repo: git2::Repository,
+    map: std::collections::HashMap<Vec<u8>, IndexStat>,
+    /// A submodule's configuration converts bytes.
+    submodule_converts: bool,
+}
+
+impl IndexRead {
+    /// Reads the indexes (the repository's and its submodules'); `None`
+    /// outside a repository.
+    pub fn start(root: &Path) -> Option<IndexRead> {
+        let (repo, inner) = open_containing(root)?;
+        let mut map = std::collections::HashMap::new();
+        let mut gitlinks = Vec::new();
+        read_index(&repo, &inner, b"", &mut map, &mut gitlinks)?;
+        let mut submodule_converts = false;
+        let mut read = 0;
+        let mut level = 0;
+        while !gitlinks.is_empty() && level < SUBMODULE_DEPTH {
+            level += 1;
+            for key in std::mem::take(&mut gitlinks) {
+                if read == SUBMODULES_MAX {
+                    break;
+                }
+                let Some(sub) = open_submodule(root, &key) else {
+                    continue;
+                };
+                read += 1;
+                // The work tree's, the user's and the system's attributes are
+                // read by `finish`; the submodule adds its own config and info file.
+                submodule_converts = submodule_converts || repo_converts(&sub);
+                let mut prefix = key;
+                prefix.push(b'/');
+                let _ = read_index(&sub, b"", &prefix, &mut map, &mut gitlinks);
             }
-            let Some(sub) = open_submodule(root, &key) else {
-                continue;
-            };
-            read += 1;
-            // The work tree's, the user's and the system's attributes were
-            // read above; the submodule adds its own config and info file.
-            converts = converts || repo_converts(&sub);
-            let mut prefix = key;
-            prefix.push(b'/');
-            let _ = read_index(&sub, b"", &prefix, &mut map, &mut gitlinks);
         }
+        Some(IndexRead {
+            repo,
+            map,
+            submodule_converts,
+        })
     }
-    Some((map, converts))
+
+    /// The stat map, and whether git may convert bytes given the work tree's
+    /// `.gitattributes` files.
+    pub fn finish<'a>(
+        self,
+        root: &Path,
+        worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (std::collections::HashMap<Vec<u8>, IndexStat>, bool) {
+        let converts =
+            self.submodule_converts || may_convert(&self.repo, root, worktree_attribute_files);
+        (self.map, converts)
+    }
 }
 
 /// Adds the entries of `repo`'s index whose path starts with `strip` to

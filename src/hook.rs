@@ -407,6 +407,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         let batch = BatchDurability::start(ws);
         crate::dispose(crate::scan::pre(ws, cfg, &key)?);
         batch.finish()?;
+        crate::timing("pre: snapshot durable");
     }
     crate::failpoint::hit("hook.pre.after_snapshot")
         .map_err(|e| WorkspaceError::from(FsError::new("snapshot", "", e)))?;
@@ -464,6 +465,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         .map_err(WorkspaceError::from)?
         .append(&drafts)
         .map_err(WorkspaceError::from)?;
+    crate::timing("pre: recorded");
     agent_files::save(&dir, &reg)?;
     let state = CallState {
         call: call.clone(),

@@ -35,7 +35,7 @@
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -410,6 +410,22 @@ pub struct Ledger {
     lock_timeout: Duration,
 }
 
+/// Creates an empty `ledger.jsonl` in `rt` (mode 0600) unless one exists;
+/// its directory entry is the caller's to sync (workspace init syncs it with
+/// the rest of `.agent-runtime/`).
+pub(crate) fn create_empty(rt: BorrowedFd<'_>) -> io::Result<()> {
+    match rustix::fs::openat(
+        rt,
+        LEDGER_FILE,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    ) {
+        Ok(fd) => Ok(rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?),
+        Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Ledger {
     /// Opens the ledger living in the runtime directory `rt`.
     pub fn new(rt: Arc<OwnedFd>, clock: Arc<Clock>) -> Ledger {
@@ -429,7 +445,9 @@ impl Ledger {
     pub fn lock(&self) -> Result<LedgerLock<'_>, LedgerError> {
         // Content this process wrote for the records to come is made durable
         // before them (and outside the lock, so other writers do not wait on it).
-        fs_util::flush_queued().map_err(|e| io_err("sync the content named by", e))?;
+        fs_util::flush_queued()
+            .and_then(|()| fs_util::wait_background(Some(fs_util::Before::Records)))
+            .map_err(|e| io_err("sync the content named by", e))?;
         let lock_fd = rustix::fs::openat(
             &*self.rt,
             LOCK_FILE,
@@ -1021,7 +1039,9 @@ impl LedgerLock<'_> {
             end: self.tail.end + buf.len() as u64,
         };
         write_head(self.ledger.rt.as_fd(), &self.tail);
-        beside.map_err(|e| io_err("sync the files written beside", e))?;
+        beside
+            .and_then(|()| fs_util::wait_background(None))
+            .map_err(|e| io_err("sync the files written beside", e))?;
         Ok(out)
     }
 

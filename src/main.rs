@@ -9,7 +9,15 @@ fn main() {
     ckpt::fs_util::learn_umask();
     tune_allocator();
     ckpt::short_lived_process();
-    let code = cli::main();
+    let mut code = cli::main();
+    // Syncs a command left running in the background (a first hook's new
+    // directories) are done before the process reports anything by exiting.
+    if let Err(e) = ckpt::fs_util::wait_background(None) {
+        eprintln!("ckpt: cannot sync `.agent-runtime/`: {e}; run `ckpt verify`");
+        if code == 0 {
+            code = 1;
+        }
+    }
     ckpt::timing("exit");
     std::process::exit(code);
 }

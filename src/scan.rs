@@ -598,7 +598,9 @@ fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<(), WorkspaceError> {
             // that flushes this file too, without a device flush of its own.
             Ok(())
         } else {
-            f.sync_data()
+            // Nothing names it: the next ledger append waits for it beside
+            // its own sync (or the process's exit does).
+            fs_util::sync_data_in_background(&f, fs_util::Before::Return)
         }
     });
     drop(f);
@@ -704,13 +706,25 @@ fn fresh(
         )
     });
     crate::timing("scan: known paths mapped");
+    // With nothing known, every file is looked up in git's index: it is read
+    // on a thread of its own while the tree is walked.
+    let (walk_and_read_index, mut index_read) = std::thread::scope(|s| {
+        let reader = old.is_none().then(|| {
+            std::thread::Builder::new()
+                .spawn_scoped(s, || crate::git::IndexRead::start(ws.root()))
+                .ok()
+        });
+        let walked = walker::walk(ws.root(), &cfg.ignore, known.as_ref());
+        let read = reader.flatten().map(|h| h.join().ok().flatten());
+        (walked, read)
+    });
     let walker::Walked {
         entries: mut walked,
         old: old_idx,
         dirs,
         listed,
         global,
-    } = walker::walk(ws.root(), &cfg.ignore, known.as_ref())
+    } = walk_and_read_index
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
     crate::timing("scan: walked");
     crate::dispose(known);
@@ -770,8 +784,12 @@ fn fresh(
             .any(|&i| walked.entry(i).size > cfg.max_blob_bytes))
     .then(|| {
         let attribute_files = walked.keys().filter(|k| is_attributes_file(k));
-        crate::git::index_stats(ws.root(), attribute_files)
-            .map(|(map, converts)| GitIndex { map, converts })
+        match index_read.take() {
+            // Read beside the walk (`None`: not in a repository).
+            Some(read) => read.map(|r| r.finish(ws.root(), attribute_files)),
+            None => crate::git::index_stats(ws.root(), attribute_files),
+        }
+        .map(|(map, converts)| GitIndex { map, converts })
     })
     .flatten();
     // Entries whose content must be read and stored: done after the loop,
@@ -958,6 +976,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
     }
     let snap = fresh.into_snapshot();
     save(&calls, &name, &snap)?;
+    crate::timing("scan: call's snapshot saved");
     let tmp = fs_util::temp_name(".ckpt-tmp-");
     let linked = rustix::fs::linkat(
         &calls,

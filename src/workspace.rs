@@ -164,6 +164,26 @@ impl Workspace {
     /// `config.toml` if missing, then opens the workspace. Running it twice
     /// changes nothing.
     pub fn init(root: &Path, opts: OpenOptions) -> Result<(Workspace, InitStats), WorkspaceError> {
+        Self::init_with(root, opts, false)
+    }
+
+    /// [`init`](Self::init), leaving its last wave of directory syncs running
+    /// in the background: the process's next ledger append waits for them
+    /// before it writes (they cover directories the store's content will
+    /// live in), and so does the `ckpt` binary's exit. For the first hook in a
+    /// workspace, whose walk overlaps them.
+    pub fn init_in_background(
+        root: &Path,
+        opts: OpenOptions,
+    ) -> Result<(Workspace, InitStats), WorkspaceError> {
+        Self::init_with(root, opts, true)
+    }
+
+    fn init_with(
+        root: &Path,
+        opts: OpenOptions,
+        background: bool,
+    ) -> Result<(Workspace, InitStats), WorkspaceError> {
         let confined = Confined::open(root).map_err(|source| WorkspaceError::Root {
             path: root.to_path_buf(),
             source,
@@ -204,6 +224,17 @@ impl Workspace {
         for d in ["tmp", "checkpoints", "artifacts", "conflicts"] {
             fs_util::open_or_create_private_dir(rt, d).map_err(|e| ws.rt_err("create", d, e))?;
         }
+        // What the first hook would otherwise create and sync on its own: the
+        // ledger (empty) and the directories of open calls' state and of the
+        // walk's snapshots.
+        crate::ledger::create_empty(rt)
+            .map_err(|e| ws.rt_err("create", crate::ledger::LEDGER_FILE, e))?;
+        for d in ["state", "index"] {
+            let (fd, _) = fs_util::open_or_create_private_dir(rt, d)
+                .map_err(|e| ws.rt_err("create", d, e))?;
+            fs_util::open_or_create_private_dir(fd.as_fd(), "calls")
+                .map_err(|e| ws.rt_err("create", &format!("{d}/calls"), e))?;
+        }
         // The trash (src/trash.rs) too, so a first rollback does not create it.
         let tmp = fs_util::open_dir(rt, "tmp").map_err(|e| ws.rt_err("open", "tmp", e))?;
         fs_util::open_or_create_private_dir(tmp.as_fd(), "trash")
@@ -216,9 +247,12 @@ impl Workspace {
         }
         dir_syncs.extend(fs_util::take_queued());
         drop(set);
-        dir_syncs
-            .run()
-            .map_err(|e| ws.rt_err("sync", "the new directories", e))?;
+        if background {
+            dir_syncs.run_in_background(fs_util::Before::Records)
+        } else {
+            dir_syncs.run()
+        }
+        .map_err(|e| ws.rt_err("sync", "the new directories", e))?;
         Ok((
             ws,
             InitStats {

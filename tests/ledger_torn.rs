@@ -196,3 +196,36 @@ fn cli_readers_tolerate_a_torn_tail_and_say_so() {
     );
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
+
+/// Syncs left running in the background (a first hook's new directories, a
+/// snapshot) hold back the records they must precede, and a failed one is
+/// never reported as durable.
+#[test]
+fn a_failed_background_sync_is_reported_by_the_next_append() {
+    use ckpt::fs_util::{Before, sync_data_in_background, wait_background};
+    // `fdatasync` of a pipe fails (EINVAL): a sync that cannot succeed.
+    let unsyncable = || {
+        let (r, _w) = std::io::pipe().unwrap();
+        std::fs::File::from(std::os::fd::OwnedFd::from(r))
+    };
+    let env = TestEnv::init();
+    let ws = env.open();
+
+    // Must precede the records: nothing is written.
+    sync_data_in_background(&unsyncable(), Before::Records).unwrap();
+    let e = ws.ledger().append(call_record(1)).unwrap_err();
+    assert!(e.to_string().contains("sync"), "{e}");
+    assert_eq!(ws.read_ledger().unwrap().records.len(), 0);
+
+    // Need only precede the return: the record is written and synced, but
+    // the append does not report success.
+    sync_data_in_background(&unsyncable(), Before::Return).unwrap();
+    let e = ws.ledger().append(call_record(2)).unwrap_err();
+    assert!(e.to_string().contains("sync"), "{e}");
+    assert_eq!(ws.read_ledger().unwrap().records.len(), 1);
+
+    // Each failure is reported once; nothing is left waiting.
+    wait_background(None).unwrap();
+    ws.ledger().append(call_record(3)).unwrap();
+    assert_eq!(ws.read_ledger().unwrap().records.len(), 2);
+}

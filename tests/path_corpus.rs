@@ -204,6 +204,8 @@ fn a_runtime_dir_replaced_by_a_symlink_is_refused() {
 fn a_ledger_that_is_a_symlink_or_hard_link_is_refused() {
     let (env, outside) = setup();
     let ws = env.open();
+    // (init made an empty ledger.)
+    std::fs::remove_file(env.ledger_path()).unwrap();
     symlink(outside.join("keep.txt"), env.ledger_path()).unwrap();
     let e = ws
         .ledger()

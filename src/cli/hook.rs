@@ -219,7 +219,7 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = match Workspace::open(&root, OpenOptions { clock: ctx.clock() }) {
         Ok(ws) => ws,
         Err(ckpt::WorkspaceError::NotInitialized(_)) => {
-            match Workspace::init(&root, OpenOptions { clock: ctx.clock() }) {
+            match Workspace::init_in_background(&root, OpenOptions { clock: ctx.clock() }) {
                 Ok((ws, _)) => ws,
                 Err(e) => return fail(super::error::one_line(&e), OnRecordFailure::Block),
             }
