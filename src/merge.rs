@@ -36,6 +36,7 @@
 //! - Inputs above xdiff's size limit (just under 1 GiB) are refused with
 //!   [`MergeError::TooLarge`]; callers are expected to skip text merges far below that.
 
+use crate::patch::lines;
 use std::sync::Once;
 
 /// Number of leading bytes git inspects when deciding whether contents are binary.
@@ -282,11 +283,6 @@ fn init_libgit2() {
         // it would surface again as `MergeError::Engine` from the merge itself.
         let _ = git2::Config::new();
     });
-}
-
-/// Splits `bytes` into lines, each including its `\n` (the last one may have none).
-fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
-    bytes.split_inclusive(|&b| b == b'\n')
 }
 
 /// Returns the longest run of marker characters that starts a line of `bytes`.

@@ -80,8 +80,8 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     // The index line carries the mode when it is unchanged; without it `git
     // apply` would turn a symlink's patch into a regular file.
     out.extend_from_slice(index_line(before, after).as_bytes());
-    let old_lines: Vec<&[u8]> = old.split_inclusive(|&c| c == b'\n').collect();
-    let new_lines: Vec<&[u8]> = new.split_inclusive(|&c| c == b'\n').collect();
+    let old_lines: Vec<&[u8]> = lines(old).collect();
+    let new_lines: Vec<&[u8]> = lines(new).collect();
     let diff = TextDiff::configure()
         .newline_terminated(true)
         .diff_slices(&old_lines, &new_lines);
@@ -100,6 +100,23 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     // Writing into a Vec cannot fail.
     let _ = udiff.to_writer(&mut out);
     out
+}
+
+/// Splits `bytes` into lines, each with its `\n` (the last one may have
+/// none): `split_inclusive`, with the newlines found by `memchr` (a
+/// byte-at-a-time split was a tenth of a 100-file shell post's CPU time).
+pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    let mut ends = memchr::memchr_iter(b'\n', bytes);
+    std::iter::from_fn(move || {
+        if start >= bytes.len() {
+            return None;
+        }
+        let end = ends.next().map_or(bytes.len(), |i| i + 1);
+        let line = &bytes[start..end];
+        start = end;
+        Some(line)
+    })
 }
 
 /// The `index <old>..<new>[ <mode>]` line: full git blob ids (binary patches
@@ -179,5 +196,29 @@ fn base85(out: &mut Vec<u8>, data: &[u8]) {
             v /= 85;
         }
         out.extend_from_slice(&enc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lines;
+
+    #[test]
+    fn lines_split_like_split_inclusive() {
+        for s in [
+            &b""[..],
+            b"\n",
+            b"\n\n",
+            b"a",
+            b"a\n",
+            b"a\nb",
+            b"a\r\nb\r\n",
+            b"\na\n\nb",
+            b"no newline at all",
+        ] {
+            let want: Vec<&[u8]> = s.split_inclusive(|&b| b == b'\n').collect();
+            let got: Vec<&[u8]> = lines(s).collect();
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(s));
+        }
     }
 }
