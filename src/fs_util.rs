@@ -246,7 +246,7 @@ impl Drop for Pending {
     }
 }
 
-type Background = Vec<(Before, std::thread::JoinHandle<io::Result<()>>)>;
+type Background = Vec<(Before, Running<io::Result<()>>)>;
 
 thread_local! {
     /// Syncs this thread started on threads of their own
@@ -276,21 +276,67 @@ impl Pending {
     /// (a first hook's new directories), which can overlap the work between.
     /// Run here when no thread can be started.
     pub fn run_in_background(mut self, before: Before) -> io::Result<()> {
-        let list = std::sync::Arc::new(std::mem::take(&mut self.0));
+        let list = std::mem::take(&mut self.0);
         if list.is_empty() {
             return Ok(());
         }
-        let theirs = list.clone();
-        let spawned = std::thread::Builder::new()
-            .stack_size(64 * 1024)
-            .spawn(move || run_syncs(&theirs));
-        match spawned {
-            Ok(h) => {
-                BACKGROUND.with_borrow_mut(|b| b.push((before, h)));
-                Ok(())
-            }
-            Err(_) => run_syncs(&list),
+        in_background(before, move || run_syncs(&list))
+    }
+}
+
+/// Runs `work` on a thread of its own and returns at once; this thread's
+/// next ledger append waits for it (before it writes, or before it returns,
+/// as `before` says) and reports its error, and so do [`wait_background`]
+/// and the `ckpt` binary's exit. For work whose result nothing needs until
+/// then (syncs, a cache file), overlapping what this thread does meanwhile.
+/// Run here when no thread can be started.
+pub fn in_background(
+    before: Before,
+    work: impl FnOnce() -> io::Result<()> + Send + 'static,
+) -> io::Result<()> {
+    match spawn_or_run(work) {
+        Ok(h) => {
+            BACKGROUND.with_borrow_mut(|b| b.push((before, h)));
+            Ok(())
         }
+        Err(done) => done,
+    }
+}
+
+/// Work started on a thread of its own by [`spawn_or_run`].
+#[derive(Debug)]
+pub struct Running<T>(std::thread::JoinHandle<Option<T>>);
+
+impl<T> Running<T> {
+    /// Waits for the work: what it returned, `None` if it panicked.
+    pub fn join(self) -> Option<T> {
+        self.0.join().ok().flatten()
+    }
+}
+
+/// Runs `work` on a new thread (`Ok`: its handle), or here when no thread
+/// can be started (`Err`: what it returned).
+pub fn spawn_or_run<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Running<T>, T> {
+    // Shared, so that a thread that could not be started leaves it here.
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(work)));
+    let theirs = slot.clone();
+    let take = |s: &std::sync::Mutex<Option<_>>| {
+        s.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    };
+    let spawned = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || take(&theirs).map(|w| w()));
+    match spawned {
+        Ok(h) => Ok(Running(h)),
+        Err(_) => match take(&slot) {
+            Some(w) => Err(w()),
+            // (Unreachable: only the thread takes it otherwise.)
+            None => Ok(Running(std::thread::spawn(|| None))),
+        },
     }
 }
 
@@ -328,9 +374,9 @@ pub fn wait_background(only: Option<Before>) -> io::Result<()> {
     result
 }
 
-/// `acc`, or else the outcome of a joined sync thread.
-fn first_error(acc: io::Result<()>, joined: std::thread::Result<io::Result<()>>) -> io::Result<()> {
-    let r = joined.unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
+/// `acc`, or else the outcome of a joined sync thread (`None`: it panicked).
+fn first_error(acc: io::Result<()>, joined: Option<io::Result<()>>) -> io::Result<()> {
+    let r = joined.unwrap_or_else(|| Err(io::Error::other("a sync thread panicked")));
     acc.and(r)
 }
 
@@ -387,7 +433,7 @@ fn run_syncs(list: &[Queued]) -> io::Result<()> {
         // This thread works too (alone, if no helper could be started).
         let mut result = work();
         for h in helpers {
-            result = first_error(result, h.join());
+            result = first_error(result, h.join().ok());
         }
         result
     })?;

@@ -587,6 +587,8 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     // Calls that name no file: compare the workspace with the call's pre snapshot.
     let mut unrecorded = Vec::new();
     let mut batch_guard: Option<BatchDurability<'_>> = None;
+    // The scan's new snapshot, saved while the patches are made.
+    let mut saving = crate::scan::Saving::default();
     if state.as_ref().is_some_and(|s| s.scan) {
         match crate::scan::take_for_call(ws, &key) {
             Some(pre_snap) => {
@@ -599,7 +601,8 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
                 // The contents the scan stores (or reads from git) are diffed
                 // right after: kept in memory up to a budget, not read back.
                 let kept = ws.blobs().keep_recent(RECENT_BUDGET);
-                let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
+                let crate::scan::Scanned { changes, unknown, saving: s } = crate::scan::post(ws, cfg, &pre_snap)?;
+                saving = s;
                 crate::dispose(pre_snap);
                 for u in &unknown {
                     warnings.push(format!(
@@ -662,6 +665,8 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
             None => warnings.push("the workspace snapshot taken before this call is missing; its file changes are not recorded".into()),
         }
     }
+    // Saved before the batch's `syncfs`, which is to flush it.
+    saving.wait()?;
     if let Some(b) = batch_guard.take() {
         b.finish()?;
         crate::timing("post: synced");
