@@ -680,43 +680,84 @@ pub fn write_new_atomic(
     files: &[(&str, &[u8])],
     mode: u32,
 ) -> io::Result<Vec<bool>> {
-    let mut tmps: Vec<String> = Vec::new();
-    let cleanup = |tmps: &[String]| {
-        for t in tmps {
-            let _ = rustix::fs::unlinkat(dir, t.as_str(), AtFlags::empty());
-        }
+    write_new_temps(dir, files, mode)?.publish()
+}
+
+/// The first half of [`write_new_atomic`]: every file written under a temp
+/// name beside its own, nothing synced or named yet; [`NewFiles::publish`]
+/// does the rest (on another thread, if need be).
+pub fn write_new_temps(
+    dir: BorrowedFd<'_>,
+    files: &[(&str, &[u8])],
+    mode: u32,
+) -> io::Result<NewFiles> {
+    let mut out = NewFiles {
+        dir: rustix::io::fcntl_dupfd_cloexec(dir, 0)?,
+        files: Vec::new(),
     };
-    let res = (|| {
-        let mut syncs = Vec::new();
-        for (_, data) in files {
-            let tmp = temp_name(".ckpt-tmp-");
-            let mut f = create_excl(dir, OsStr::new(&tmp), mode)?;
-            tmps.push(tmp);
-            f.write_all(data)?;
-            failpoint::hit("atomic.after_tmp_write")?;
-            syncs.push(Queued {
-                fd: OwnedFd::from(f),
-                kind: SyncKind::Data,
-                dir_id: None,
-            });
-        }
-        // The data of all of them, concurrently, before any is named (run
-        // here, never left to a set that may be collecting around us).
-        if !crate::durability_off() {
-            run_syncs(&syncs)?;
-        }
-        failpoint::hit("atomic.before_rename")?;
-        let mut wrote = Vec::new();
-        for ((name, _), tmp) in files.iter().zip(&tmps) {
-            wrote.push(rename_to_new(dir, tmp, OsStr::new(name))?);
-        }
-        failpoint::hit("atomic.after_rename")?;
-        Ok(wrote)
-    })();
-    if res.is_err() {
-        cleanup(&tmps);
+    for (name, data) in files {
+        let tmp = temp_name(".ckpt-tmp-");
+        let mut f = create_excl(dir, OsStr::new(&tmp), mode)?;
+        out.files
+            .push((tmp, (*name).to_string(), OwnedFd::from(f.try_clone()?)));
+        f.write_all(data)?;
+        failpoint::hit("atomic.after_tmp_write")?;
     }
-    res
+    Ok(out)
+}
+
+/// Files written under temp names by [`write_new_temps`]; dropped without
+/// [`publish`](NewFiles::publish), the temp files are removed.
+#[derive(Debug)]
+pub struct NewFiles {
+    dir: OwnedFd,
+    /// Temp name, final name, the open file.
+    files: Vec<(String, String, OwnedFd)>,
+}
+
+impl NewFiles {
+    /// Syncs every file's data (together, one wait), then renames each to
+    /// its name unless that is taken; per file, whether it was. On an error
+    /// no temp file is left.
+    pub fn publish(mut self) -> io::Result<Vec<bool>> {
+        let files = std::mem::take(&mut self.files);
+        let res = (|| {
+            let syncs: Vec<Queued> = files
+                .iter()
+                .map(|(_, _, fd)| {
+                    Ok(Queued {
+                        fd: rustix::io::fcntl_dupfd_cloexec(fd, 0)?,
+                        kind: SyncKind::Data,
+                        dir_id: None,
+                    })
+                })
+                .collect::<io::Result<_>>()?;
+            // The data of all of them, concurrently, before any is named (run
+            // here, never left to a set that may be collecting around us).
+            if !crate::durability_off() {
+                run_syncs(&syncs)?;
+            }
+            failpoint::hit("atomic.before_rename")?;
+            let mut wrote = Vec::new();
+            for (tmp, name, _) in &files {
+                wrote.push(rename_to_new(self.dir.as_fd(), tmp, OsStr::new(name))?);
+            }
+            failpoint::hit("atomic.after_rename")?;
+            Ok(wrote)
+        })();
+        if res.is_err() {
+            self.files = files;
+        }
+        res
+    }
+}
+
+impl Drop for NewFiles {
+    fn drop(&mut self) {
+        for (tmp, _, _) in &self.files {
+            let _ = rustix::fs::unlinkat(&self.dir, tmp.as_str(), AtFlags::empty());
+        }
+    }
 }
 
 /// Writes the new file `dir/name` durably, creating it at its final name

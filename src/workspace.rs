@@ -167,11 +167,13 @@ impl Workspace {
         Self::init_with(root, opts, false)
     }
 
-    /// [`init`](Self::init), leaving its last wave of directory syncs running
-    /// in the background: the process's next ledger append waits for them
-    /// before it writes (they cover directories the store's content will
-    /// live in), and so does the `ckpt` binary's exit. For the first hook in a
-    /// workspace, whose walk overlaps them.
+    /// [`init`](Self::init), leaving its syncs running on a thread of their
+    /// own (`.gitignore` and `config.toml` are synced and named there too:
+    /// until then a reader of the config finds the same defaults): this
+    /// thread's next ledger append waits for them before it writes (they
+    /// cover directories the store's content will live in), and so does the
+    /// `ckpt` binary's exit. For the first hook in a workspace, whose walk
+    /// overlaps them. `wrote_config` then says the config was missing.
     pub fn init_in_background(
         root: &Path,
         opts: OpenOptions,
@@ -212,8 +214,16 @@ impl Workspace {
                 missing.push((name, content.as_bytes()));
             }
         }
-        let wrote = fs_util::write_new_atomic(rt, &missing, 0o600)
-            .map_err(|e| ws.rt_err("write", "{.gitignore,config.toml}", e))?;
+        let write_err = |e| ws.rt_err("write", "{.gitignore,config.toml}", e);
+        let new_files = fs_util::write_new_temps(rt, &missing, 0o600).map_err(write_err)?;
+        // In the background the files are synced and named on the thread
+        // that then syncs the directories; until then a reader finds no
+        // `config.toml` and uses the same defaults.
+        let (unpublished, wrote) = if background {
+            (Some(new_files), vec![true; missing.len()])
+        } else {
+            (None, new_files.publish().map_err(write_err)?)
+        };
         let wrote_config = missing
             .iter()
             .zip(&wrote)
@@ -247,10 +257,12 @@ impl Workspace {
         }
         dir_syncs.extend(fs_util::take_queued());
         drop(set);
-        if background {
-            dir_syncs.run_in_background(fs_util::Before::Records)
-        } else {
-            dir_syncs.run()
+        match unpublished {
+            Some(files) => fs_util::in_background(fs_util::Before::Records, move || {
+                files.publish()?;
+                dir_syncs.run()
+            }),
+            None => dir_syncs.run(),
         }
         .map_err(|e| ws.rt_err("sync", "the new directories", e))?;
         Ok((

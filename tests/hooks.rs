@@ -1116,3 +1116,45 @@ fn an_edit_hooks_blob_is_marked_durable_only_after_every_sync_of_its_set() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(blob_mode(&env, content.as_bytes()), Some(0o600));
 }
+
+/// The first hook in a workspace sets ckpt up there with its syncs left on a
+/// thread while it walks: once it exits, `.agent-runtime/` holds what `ckpt
+/// init` makes, no temp file, and the call's record.
+#[test]
+fn the_first_hook_sets_the_workspace_up_as_init_does() {
+    let tree = |env: &TestEnv| -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<(String, Vec<u8>)> = crate::common::walk_modes(&env.rt())
+            .into_iter()
+            .filter(|(p, _, dir)| {
+                // The files a first call adds beyond init's.
+                let name = p.file_name().unwrap().to_string_lossy();
+                *dir || [".gitignore", "config.toml"].contains(&name.as_ref())
+                    || name.starts_with(".ckpt-tmp-")
+            })
+            .map(|(p, mode, dir)| {
+                let rel = p.strip_prefix(env.rt()).unwrap().display().to_string();
+                let body = if dir {
+                    Vec::new()
+                } else {
+                    std::fs::read(&p).unwrap()
+                };
+                (format!("{rel} {mode:o}"), body)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let inited = TestEnv::init();
+    let env = TestEnv::new();
+    let payload = serde_json::json!({
+        "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_use_id": "first", "cwd": env.ws, "tool_input": {"command": "true"},
+    })
+    .to_string();
+    hook_ok(&env, "pre", payload.as_bytes());
+    assert_eq!(tree(&env), tree(&inited));
+    let recs = records(&env);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["status"], "started");
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}
