@@ -36,6 +36,11 @@ fn edit(ws: &Path, event: &str, id: &str, file: &Path) -> String {
     hookrun::edit(ws, event, id, file)
 }
 
+/// The pause before each timed shell hook and floor (see its use).
+fn idle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
+}
+
 /// Flushes dirty data and waits a second: bulk deletions and writes of an
 /// earlier step (discards, writeback) must not be charged to the next one.
 fn settle() {
@@ -220,6 +225,7 @@ fn main() {
         let mut blobs_first = 0;
         for i in 0..(if quick { 2 } else { 5 }) {
             workload::bury(&base, &rt).unwrap();
+            idle();
             first.push(hook(
                 &ws,
                 "pre",
@@ -229,7 +235,10 @@ fn main() {
             hook(&ws, "post", &bash(&ws, "PostToolUse", &format!("first{i}")));
         }
         let mut status: Vec<Duration> = (0..n_shell)
-            .map(|_| workload::git_status(&ws).unwrap())
+            .map(|_| {
+                idle();
+                workload::git_status(&ws).unwrap()
+            })
             .collect();
         let status = stats(&mut status);
         let first = stats(&mut first);
@@ -290,14 +299,24 @@ fn main() {
         );
         for i in 0..n_shell {
             let id = format!("nc{i}");
-            nochange.push(
-                hook(&ws, "pre", &bash(&ws, "PreToolUse", &id))
-                    + hook(&ws, "post", &bash(&ws, "PostToolUse", &id)),
-            );
+            // Each timed item starts after the same idle gap: on this VM a
+            // walk right after other work runs at ~2x the speed of one after
+            // 150 ms idle (in-process, W2: 7-10 ms back to back, 15-20 ms
+            // after a pause), and a hook always follows a pause in an
+            // agent's session (the model thinking).
+            idle();
+            let pre = hook(&ws, "pre", &bash(&ws, "PreToolUse", &id));
+            idle();
+            nochange.push(pre + hook(&ws, "post", &bash(&ws, "PostToolUse", &id)));
+            idle();
             floor.push(workload::stat_walk_floor(&ws).unwrap());
+            idle();
             kfloor.push(workload::known_path_floor(&known).unwrap());
+            idle();
             kfloor2.push(workload::known_path_floor_2t(&known).unwrap());
+            idle();
             pfloor.push(workload::known_path_process_floor(&exe, &list).unwrap());
+            idle();
             hfloor.push(workload::known_path_hook_floor(&exe, &floor_snapshot).unwrap());
             // The floor saved a snapshot (9 MB on W3): flushed untimed, or the
             // next pair's ledger syncs would wait on its writeback.
