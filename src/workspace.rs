@@ -421,35 +421,60 @@ impl Workspace {
         Ok(checkpoint::read(&self.rt, id)?)
     }
 
-    /// Removes temp files older than an hour that crashed writers left in `tmp/`.
-    /// Returns how many were removed.
+    /// Removes temp files older than an hour that crashed writers left in
+    /// `tmp/`, and ckpt's temp names (`.ckpt-tmp-*`) as old in the runtime's
+    /// own directories (a write interrupted between its temp file and its
+    /// rename). Returns how many were removed.
     pub fn sweep_tmp(&self) -> usize {
-        let Ok(tmp) = fs_util::open_dir(self.rt.as_fd(), "tmp") else {
-            return 0;
-        };
-        let Ok(mut dir) = rustix::fs::Dir::read_from(&tmp) else {
-            return 0;
-        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
+        let rt = self.rt.as_fd();
         let mut n = 0;
-        while let Some(Ok(ent)) = dir.next() {
-            let name = ent.file_name().to_owned();
-            if name.to_bytes().starts_with(b".") {
-                continue;
-            }
-            if let Ok(st) =
-                rustix::fs::statat(&tmp, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                && now - st.st_mtime > 3600
-                && rustix::fs::unlinkat(&tmp, name.as_c_str(), rustix::fs::AtFlags::empty()).is_ok()
-            {
-                n += 1;
+        if let Ok(tmp) = fs_util::open_dir(rt, "tmp") {
+            n += sweep_old(&tmp, now, |name| !name.starts_with(b"."));
+        }
+        let ours = |name: &[u8]| name.starts_with(b".ckpt-tmp-");
+        n += sweep_old(&self.rt, now, ours);
+        for d in [
+            "state",
+            "state/calls",
+            "index",
+            "index/calls",
+            "checkpoints",
+            "conflicts",
+        ] {
+            if let Ok(fd) = fs_util::open_dir(rt, d) {
+                n += sweep_old(&fd, now, ours);
             }
         }
         n
     }
+}
+
+/// Removes the entries of `dir` that `pick` names and that were last
+/// changed over an hour before `now` (seconds); returns how many.
+fn sweep_old(dir: &OwnedFd, now: i64, pick: impl Fn(&[u8]) -> bool) -> usize {
+    let Ok(mut it) = rustix::fs::Dir::read_from(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Some(Ok(ent)) = it.next() {
+        let name = ent.file_name().to_owned();
+        if !pick(name.to_bytes()) {
+            continue;
+        }
+        if let Ok(st) =
+            rustix::fs::statat(dir, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            && FileType::from_raw_mode(st.st_mode) != FileType::Directory
+            && now - st.st_mtime > 3600
+            && rustix::fs::unlinkat(dir, name.as_c_str(), rustix::fs::AtFlags::empty()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Options for [`Workspace::checkpoint`].
@@ -463,4 +488,61 @@ pub struct CheckpointOptions {
     pub session_leaf: Option<String>,
     /// Extra data to keep in the checkpoint file.
     pub extra: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+
+    /// `sweep_tmp` removes ckpt's own temp names left for over an hour in the
+    /// runtime's directories, and nothing else.
+    #[test]
+    fn old_temp_names_in_the_runtime_are_swept_and_nothing_else() {
+        let t = tempfile::tempdir().unwrap();
+        let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
+        let rt = t.path().join(RUNTIME_DIR);
+        let age = |p: &Path, secs_ago: i64| {
+            let f = std::fs::File::options().write(true).open(p).unwrap();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64;
+            let then = rustix::fs::Timespec {
+                tv_sec: now - secs_ago,
+                tv_nsec: 0,
+            };
+            rustix::fs::futimens(
+                &f,
+                &rustix::fs::Timestamps {
+                    last_access: then,
+                    last_modification: then,
+                },
+            )
+            .unwrap();
+        };
+        let old = [
+            rt.join(".ckpt-tmp-1-2-3-config"),
+            rt.join("state/calls/.ckpt-tmp-1-2-4-call"),
+            rt.join("index/.ckpt-tmp-1-2-5-snapshot"),
+            rt.join("tmp/blob-in-flight"),
+        ];
+        let kept = [
+            rt.join(".ckpt-tmp-1-2-6-fresh"),
+            rt.join("state/notes-of-the-user"),
+            rt.join("ledger.jsonl"),
+        ];
+        for p in old.iter().chain(&kept) {
+            std::fs::write(p, b"x").unwrap();
+        }
+        for p in old.iter().chain(&kept[1..]) {
+            age(p, 7200);
+        }
+        assert_eq!(ws.sweep_tmp(), old.len());
+        for p in &old {
+            assert!(!p.exists(), "{} is still there", p.display());
+        }
+        for p in &kept {
+            assert!(p.exists(), "{} was removed", p.display());
+        }
+    }
 }
