@@ -305,12 +305,12 @@ pub fn in_background(
 
 /// Work started on a thread of its own by [`spawn_or_run`].
 #[derive(Debug)]
-pub struct Running<T>(std::thread::JoinHandle<Option<T>>);
+pub struct Running<T>(Option<std::thread::JoinHandle<Option<T>>>);
 
 impl<T> Running<T> {
     /// Waits for the work: what it returned, `None` if it panicked.
     pub fn join(self) -> Option<T> {
-        self.0.join().ok().flatten()
+        self.0?.join().ok().flatten()
     }
 }
 
@@ -331,11 +331,12 @@ pub fn spawn_or_run<T: Send + 'static>(
         .stack_size(256 * 1024)
         .spawn(move || take(&theirs).map(|w| w()));
     match spawned {
-        Ok(h) => Ok(Running(h)),
+        Ok(h) => Ok(Running(Some(h))),
         Err(_) => match take(&slot) {
             Some(w) => Err(w()),
-            // (Unreachable: only the thread takes it otherwise.)
-            None => Ok(Running(std::thread::spawn(|| None))),
+            // (Unreachable: only the thread takes it otherwise; joins as
+            // lost work.)
+            None => Ok(Running(None)),
         },
     }
 }
@@ -694,6 +695,9 @@ pub fn write_new_temps(
     let mut out = NewFiles {
         dir: rustix::io::fcntl_dupfd_cloexec(dir, 0)?,
         files: Vec::new(),
+        // Decided here: `publish` may run on another thread, after this one
+        // has started a batch that switches per-file syncs off.
+        sync: !crate::durability_off(),
     };
     for (name, data) in files {
         let tmp = temp_name(".ckpt-tmp-");
@@ -713,6 +717,8 @@ pub struct NewFiles {
     dir: OwnedFd,
     /// Temp name, final name, the open file.
     files: Vec<(String, String, OwnedFd)>,
+    /// Whether `publish` syncs their data.
+    sync: bool,
 }
 
 impl NewFiles {
@@ -734,7 +740,7 @@ impl NewFiles {
                 .collect::<io::Result<_>>()?;
             // The data of all of them, concurrently, before any is named (run
             // here, never left to a set that may be collecting around us).
-            if !crate::durability_off() {
+            if self.sync {
                 run_syncs(&syncs)?;
             }
             failpoint::hit("atomic.before_rename")?;
