@@ -474,6 +474,7 @@ impl Ledger {
             }
         }
         failpoint::hit("ledger.after_lock").map_err(|e| io_err("lock", e))?;
+        crate::timing("ledger: locked");
         let existed = fs_util::entry_at(self.rt.as_fd(), LEDGER_FILE.as_ref())
             .map_err(|e| io_err("stat", e))?
             != fs_util::EntryKind::Absent;
@@ -1009,6 +1010,7 @@ impl LedgerLock<'_> {
             .write_all(&buf)
             .map_err(|e| io_err("append to", e))?;
         failpoint::hit("ledger.before_fdatasync").map_err(|e| io_err("append to", e))?;
+        crate::timing("ledger: written");
         let (synced, beside) = if beside.is_empty() {
             (fs_util::sync_data_now(&self.file), Ok(()))
         } else {
@@ -1033,6 +1035,7 @@ impl LedgerLock<'_> {
             return Err(LedgerError::SyncFailed(e));
         }
         failpoint::hit("ledger.after_fdatasync").map_err(|e| io_err("append to", e))?;
+        crate::timing("ledger: synced");
         self.tail = Tail {
             seq,
             hash: prev,
