@@ -250,7 +250,7 @@ type Background = Vec<(Before, Running<io::Result<()>>)>;
 
 thread_local! {
     /// Syncs this thread started on threads of their own
-    /// ([`Pending::run_in_background`]), and whether the next record may be
+    /// ([`in_background`]), and whether the next record may be
     /// written before they are done. Per thread, like [`QUEUED`]: the thread
     /// that started them waits for them.
     static BACKGROUND: std::cell::RefCell<Background> = const { std::cell::RefCell::new(Vec::new()) };
@@ -266,22 +266,6 @@ pub enum Before {
     /// Only before the append returns: nothing a record names depends on
     /// them (a cache file, say).
     Return,
-}
-
-impl Pending {
-    /// Starts the syncs now on a thread of their own and returns at once:
-    /// this thread's next ledger append waits for them (before it writes, or
-    /// before it returns, as `before` says), and so do [`wait_background`]
-    /// and the `ckpt` binary's exit. For durable work that nothing needs until then
-    /// (a first hook's new directories), which can overlap the work between.
-    /// Run here when no thread can be started.
-    pub fn run_in_background(mut self, before: Before) -> io::Result<()> {
-        let list = std::mem::take(&mut self.0);
-        if list.is_empty() {
-            return Ok(());
-        }
-        in_background(before, move || run_syncs(&list))
-    }
 }
 
 /// Runs `work` on a thread of its own and returns at once; this thread's
@@ -341,22 +325,22 @@ pub fn spawn_or_run<T: Send + 'static>(
     }
 }
 
-/// `fdatasync`s `f` on a thread of its own ([`Pending::run_in_background`]),
+/// `fdatasync`s `f` on a thread of its own ([`in_background`]),
 /// unless tests switched syncs off (`CKPT_TEST_FSYNC=0`); also inside a batch.
 pub fn sync_data_in_background(f: &File, before: Before) -> io::Result<()> {
     if crate::test_no_fsync() {
         return Ok(());
     }
-    Pending(vec![Queued {
+    let sync = Pending(vec![Queued {
         fd: rustix::io::fcntl_dupfd_cloexec(f, 0)?,
         kind: SyncKind::Data,
         dir_id: None,
-    }])
-    .run_in_background(before)
+    }]);
+    in_background(before, move || sync.run())
 }
 
 /// Waits for the syncs this thread started in the background
-/// ([`Pending::run_in_background`]);
+/// ([`in_background`]);
 /// with `Before::Records`, only for those that must precede a record. The
 /// first error is returned, after every one has finished.
 pub fn wait_background(only: Option<Before>) -> io::Result<()> {
@@ -671,22 +655,12 @@ fn rename_to_new(dir: BorrowedFd<'_>, tmp: &str, name: &OsStr) -> io::Result<boo
     }
 }
 
-/// [`write_atomic`] (`no_replace`) for several new files at once: every
-/// temp file is written, their data synced together (one wait), then each
-/// is renamed to its name unless that is taken. Returns, per file, whether
-/// it was written. The directory's `fsync` (the new names) is the caller's:
-/// [`fsync_dir`] after this, typically in a [`SyncSet`] with others.
-pub fn write_new_atomic(
-    dir: BorrowedFd<'_>,
-    files: &[(&str, &[u8])],
-    mode: u32,
-) -> io::Result<Vec<bool>> {
-    write_new_temps(dir, files, mode)?.publish()
-}
-
-/// The first half of [`write_new_atomic`]: every file written under a temp
-/// name beside its own, nothing synced or named yet; [`NewFiles::publish`]
-/// does the rest (on another thread, if need be).
+/// [`write_atomic`] (`no_replace`) for several new files at once, in two
+/// halves: here every file is written under a temp name beside its own,
+/// nothing synced or named yet; [`NewFiles::publish`] (on another thread,
+/// if need be) syncs their data together (one wait), then names each
+/// unless its name is taken. The directory's `fsync` (the new names) is the
+/// caller's: [`fsync_dir`] after that, typically in a [`SyncSet`].
 pub fn write_new_temps(
     dir: BorrowedFd<'_>,
     files: &[(&str, &[u8])],
@@ -1226,12 +1200,14 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join("taken"), b"the user's").unwrap();
         let dir = open_dir(rustix::fs::CWD, t.path()).unwrap();
-        let wrote = write_new_atomic(
-            dir.as_fd(),
-            &[("fresh", &b"new\n"[..]), ("taken", &b"ours\n"[..])],
-            0o600,
-        )
-        .unwrap();
+        let files = [("fresh", &b"new\n"[..]), ("taken", &b"ours\n"[..])];
+        // Dropped unpublished: nothing is left.
+        drop(write_new_temps(dir.as_fd(), &files, 0o600).unwrap());
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 1);
+        let wrote = write_new_temps(dir.as_fd(), &files, 0o600)
+            .unwrap()
+            .publish()
+            .unwrap();
         assert_eq!(wrote, [true, false]);
         assert_eq!(std::fs::read(t.path().join("fresh")).unwrap(), b"new\n");
         assert_eq!(
