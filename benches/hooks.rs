@@ -363,7 +363,7 @@ fn main() {
             ),
         );
         push(
-            "known-path floor on two threads (PERFORMANCE.md's scan)",
+            "known-path floor on two threads (in-process, the stat part of PERFORMANCE.md's scan)",
             col,
             kfloor2.to_string(),
         );

@@ -1141,20 +1141,28 @@ pub fn known_path_floor_child(list: &Path) -> io::Result<()> {
 /// them on two threads, exit. Nothing is written: stricter than
 /// PERFORMANCE.md's row, which also hashed and saved its snapshot.
 pub fn known_path_process_floor(exe: &Path, list: &Path) -> io::Result<Duration> {
+    time_floor_child(exe, "CKPT_BENCH_FLOOR_LIST", list)
+}
+
+/// The wall time of `exe` run as a floor's child (`var` set to `arg`).
+fn time_floor_child(exe: &Path, var: &str, arg: &Path) -> io::Result<Duration> {
     let start = Instant::now();
     let st = std::process::Command::new(exe)
-        .env("CKPT_BENCH_FLOOR_LIST", list)
+        .env(var, arg)
         .stdout(std::process::Stdio::null())
         .status()?;
     let elapsed = start.elapsed();
     if !st.success() {
-        return Err(io::Error::other(format!("floor process failed: {st}")));
+        return Err(io::Error::other(format!(
+            "floor process ({var}) failed: {st}"
+        )));
     }
     Ok(elapsed)
 }
 
 /// [`known_path_floor`] with the directories split over two threads, as
-/// PERFORMANCE.md's known-path scan (its "scan" figure) was measured.
+/// PERFORMANCE.md's known-path scan stats them (its "scan" figure also
+/// loads, hashes and saves: [`known_path_hook_floor`]).
 pub fn known_path_floor_2t(k: &KnownPaths) -> io::Result<Duration> {
     let start = Instant::now();
     let (a, b) = k.dirs.split_at(k.dirs.len() / 2);
@@ -1503,14 +1511,5 @@ pub fn known_path_hook_floor_child(file: &Path) -> io::Result<()> {
 /// `exe`, this bench, as the child when `CKPT_BENCH_HOOK_FLOOR` is set)
 /// running [`known_path_hook_floor_child`] on `file`.
 pub fn known_path_hook_floor(exe: &Path, file: &Path) -> io::Result<Duration> {
-    let start = Instant::now();
-    let st = std::process::Command::new(exe)
-        .env("CKPT_BENCH_HOOK_FLOOR", file)
-        .stdout(std::process::Stdio::null())
-        .status()?;
-    let elapsed = start.elapsed();
-    if !st.success() {
-        return Err(io::Error::other(format!("hook floor process failed: {st}")));
-    }
-    Ok(elapsed)
+    time_floor_child(exe, "CKPT_BENCH_HOOK_FLOOR", file)
 }
