@@ -463,22 +463,9 @@ impl CallHandle<'_> {
         drafts.push(Draft::in_session(
             self.session.clone(),
             Body::ToolCall(ToolCall {
-                call: self.id.clone(),
-                step: 2,
-                tool: self.tool.clone(),
-                status,
-                input_hash: None,
-                risk: None,
-                idempotency: None,
-                replay_policy: None,
-                side_effects: Vec::new(),
                 paths: self.before.keys().cloned().collect(),
-                result_ref: None,
-                compensation: None,
-                error,
                 agent: Some("library".into()),
-                before: vec![],
-                unrecorded: Vec::new(),
+                ..ToolCall::end(self.id.clone(), self.tool.clone(), status, error)
             }),
         ));
         let mut lock = self.ws.ledger().lock()?;

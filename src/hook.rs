@@ -403,14 +403,6 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         snaps.push((rel.clone(), Snap::from_state(&s)));
     }
     let scan = ev.capture == Capture::Scan;
-    if scan {
-        let batch = BatchDurability::start(ws);
-        crate::dispose(crate::scan::pre(ws, cfg, &key)?);
-        batch.finish()?;
-        crate::timing("pre: snapshot durable");
-    }
-    crate::failpoint::hit("hook.pre.after_snapshot")
-        .map_err(|e| WorkspaceError::from(FsError::new("snapshot", "", e)))?;
     let compensation = ev
         .compensation
         .as_ref()
@@ -460,11 +452,12 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
             unrecorded: Vec::new(),
         }),
     ));
-    ws.ledger()
-        .lock()
-        .map_err(WorkspaceError::from)?
-        .append(&drafts)
-        .map_err(WorkspaceError::from)?;
+    if scan {
+        record_while_walking(ws, cfg, &key, &drafts, &call, ev.session.as_deref(), &tool)?;
+    } else {
+        after_snapshot()?;
+        append(ws, &drafts)?;
+    }
     crate::timing("pre: recorded");
     agent_files::save(&dir, &reg)?;
     let state = CallState {
@@ -480,6 +473,68 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         user_edits,
         ..Default::default()
     })
+}
+
+fn append(ws: &Workspace, drafts: &[Draft]) -> Result<(), WorkspaceError> {
+    ws.ledger().lock()?.append(drafts)?;
+    Ok(())
+}
+
+fn after_snapshot() -> Result<(), WorkspaceError> {
+    crate::failpoint::hit("hook.pre.after_snapshot")
+        .map_err(|e| FsError::new("snapshot", "", e).into())
+}
+
+/// A shell pre: the `started` record (`drafts`, which do not depend on the
+/// walk) is written first and synced after the walk, the disk writing it
+/// meanwhile ([`LedgerLock::write_then_sync`](crate::ledger::LedgerLock::write_then_sync)):
+/// most of its `fdatasync` is hidden behind the walk, with no thread to wake
+/// (on this project's 2-vCPU VM a new thread often waited a millisecond for
+/// a CPU). Returns once both are durable. If the walk fails after the record
+/// was written, a `failed` record closes the call, so that it is never left
+/// in doubt. A first hook, whose directories are still being synced in the
+/// background (they must be durable before any record), walks first.
+fn record_while_walking(
+    ws: &Workspace,
+    cfg: &Config,
+    key: &str,
+    drafts: &[Draft],
+    call: &str,
+    session: Option<&str>,
+    tool: &str,
+) -> Result<(), WorkspaceError> {
+    let walk = || -> Result<(), WorkspaceError> {
+        let batch = BatchDurability::start(ws);
+        crate::dispose(crate::scan::pre(ws, cfg, key)?);
+        batch.finish()?;
+        crate::timing("pre: snapshot durable");
+        after_snapshot()
+    };
+    if fs_util::background_before_records() {
+        walk()?;
+        return append(ws, drafts);
+    }
+    let written = ws.ledger().lock()?.write_then_sync(drafts)?;
+    let walked = walk();
+    written.sync()?;
+    if let Err(e) = walked {
+        let failed = Draft::in_session(
+            session.map(str::to_string),
+            Body::ToolCall(ToolCall::end(
+                call.to_string(),
+                tool.to_string(),
+                CallStatus::Failed,
+                Some(format!(
+                    "ckpt could not take the workspace snapshot before this call: {}",
+                    crate::error_line(&e)
+                )),
+            )),
+        );
+        // (If this fails too, the call is left in doubt: `ckpt recover` says so.)
+        let _ = append(ws, &[failed]);
+        return Err(e);
+    }
+    Ok(())
 }
 
 fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
@@ -675,34 +730,16 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     drafts.push(Draft::in_session(
         session.clone(),
         Body::ToolCall(ToolCall {
-            call: call.clone(),
-            step: 2,
-            tool,
-            status: if failed {
-                CallStatus::Failed
-            } else {
-                CallStatus::Succeeded
-            },
-            input_hash: None,
-            risk: None,
-            idempotency: None,
-            replay_policy: None,
-            side_effects: Vec::new(),
             paths: before.iter().map(|(p, _)| p.clone()).collect(),
-            result_ref: None,
-            compensation: None,
-            error: if failed {
-                Some(
-                    ev.error
-                        .clone()
-                        .unwrap_or_else(|| "the tool reported a failure".into()),
-                )
-            } else {
-                None
-            },
             agent: Some(ev.format.as_str().to_string()),
-            before: Vec::new(),
             unrecorded,
+            ..if failed {
+                let error = ev.error.clone();
+                let error = error.unwrap_or_else(|| "the tool reported a failure".into());
+                ToolCall::end(call.clone(), tool, CallStatus::Failed, Some(error))
+            } else {
+                ToolCall::end(call.clone(), tool, CallStatus::Succeeded, None)
+            }
         }),
     ));
     crate::failpoint::hit("hook.post.before_append")

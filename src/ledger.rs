@@ -961,6 +961,64 @@ pub fn read_head(rt: std::os::fd::BorrowedFd<'_>) -> Option<Head> {
     serde_json::from_slice(buf.trim_ascii()).ok()
 }
 
+/// Checks the outcome of the ledger's `fdatasync`. After a failure it never
+/// retries nor reports success (fsyncgate), and leaves a flag for `verify`.
+fn synced_or_flagged(ledger: &Ledger, synced: io::Result<()>) -> Result<(), LedgerError> {
+    if let Err(e) = synced {
+        let _ = fs_util::write_atomic(
+            ledger.rt.as_fd(),
+            NEEDS_VERIFY_FILE.as_ref(),
+            b"an fdatasync of ledger.jsonl failed; run `ckpt verify`\n",
+            0o600,
+            false,
+        );
+        return Err(LedgerError::SyncFailed(e));
+    }
+    failpoint::hit("ledger.after_fdatasync").map_err(|e| io_err("append to", e))?;
+    crate::timing("ledger: synced");
+    Ok(())
+}
+
+/// Records written by [`LedgerLock::write_then_sync`], not yet durable.
+/// Dropped without [`sync`](Written::sync), they are synced then (an error
+/// leaves the flag for `ckpt verify`).
+#[must_use = "the records are durable only once `sync` returns"]
+pub struct Written<'a> {
+    ledger: &'a Ledger,
+    file: File,
+    tail: Tail,
+    out: Vec<Appended>,
+    done: bool,
+}
+
+impl Written<'_> {
+    /// Makes the records durable (`fdatasync`): what they got, once they are.
+    pub fn sync(mut self) -> Result<Vec<Appended>, LedgerError> {
+        self.finish()?;
+        Ok(std::mem::take(&mut self.out))
+    }
+
+    fn finish(&mut self) -> Result<(), LedgerError> {
+        self.done = true;
+        synced_or_flagged(self.ledger, fs_util::sync_data_now(&self.file))?;
+        // The head anchor moves on only if nothing was appended since: a later
+        // writer sets it after its own sync, which covered these records too
+        // (the anchor may lag behind the ledger, never run ahead of it).
+        if rustix::fs::fstat(&self.file).is_ok_and(|st| st.st_size as u64 == self.tail.end) {
+            write_head(self.ledger.rt.as_fd(), &self.tail);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Written<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.finish();
+        }
+    }
+}
+
 /// The writer lock, held until dropped. Appends made through it are durable
 /// when `append` returns.
 #[must_use = "dropping the lock releases it; append through it first"]
@@ -971,7 +1029,7 @@ pub struct LedgerLock<'a> {
     tail: Tail,
 }
 
-impl LedgerLock<'_> {
+impl<'a> LedgerLock<'a> {
     /// The last valid record's position.
     pub fn tail(&self) -> &Tail {
         &self.tail
@@ -991,6 +1049,50 @@ impl LedgerLock<'_> {
         drafts: &[Draft],
         beside: fs_util::Pending,
     ) -> Result<Vec<Appended>, LedgerError> {
+        let (tail, out) = self.write_records(drafts)?;
+        let (synced, beside) = if beside.is_empty() {
+            (fs_util::sync_data_now(&self.file), Ok(()))
+        } else {
+            std::thread::scope(|s| {
+                let h = s.spawn(|| beside.run());
+                let r = fs_util::sync_data_now(&self.file);
+                let b = h
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
+                (r, b)
+            })
+        };
+        synced_or_flagged(self.ledger, synced)?;
+        self.tail = tail;
+        write_head(self.ledger.rt.as_fd(), &self.tail);
+        beside
+            .and_then(|()| fs_util::wait_background(None))
+            .map_err(|e| io_err("sync the files written beside", e))?;
+        Ok(out)
+    }
+
+    /// Writes the records now and releases the lock, their `fdatasync` left
+    /// to [`Written::sync`]: the disk starts writing them at once (without
+    /// waiting), so work done before `sync` hides most of the wait (a shell
+    /// pre walks the workspace meanwhile). They are durable only once `sync`
+    /// returns; until then nothing may act on them. Another writer may
+    /// append after them meanwhile (its `fdatasync` covers them too).
+    pub fn write_then_sync(mut self, drafts: &[Draft]) -> Result<Written<'a>, LedgerError> {
+        let (tail, out) = self.write_records(drafts)?;
+        fs_util::start_writeback_range(&self.file, self.tail.end, tail.end - self.tail.end);
+        let LedgerLock { ledger, file, .. } = self;
+        Ok(Written {
+            ledger,
+            file,
+            tail,
+            out,
+            done: false,
+        })
+    }
+
+    /// Builds the records on the tail and writes them in one `write`, not
+    /// yet synced; returns the tail they make.
+    fn write_records(&mut self, drafts: &[Draft]) -> Result<(Tail, Vec<Appended>), LedgerError> {
         // Anything queued since the lock was taken is durable before the records.
         fs_util::flush_queued().map_err(|e| io_err("sync the content named by", e))?;
         let mut buf = Vec::new();
@@ -1011,43 +1113,13 @@ impl LedgerLock<'_> {
             .map_err(|e| io_err("append to", e))?;
         failpoint::hit("ledger.before_fdatasync").map_err(|e| io_err("append to", e))?;
         crate::timing("ledger: written");
-        let (synced, beside) = if beside.is_empty() {
-            (fs_util::sync_data_now(&self.file), Ok(()))
-        } else {
-            std::thread::scope(|s| {
-                let h = s.spawn(|| beside.run());
-                let r = fs_util::sync_data_now(&self.file);
-                let b = h
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
-                (r, b)
-            })
-        };
-        if let Err(e) = synced {
-            // fsyncgate: never retry, never report success; leave a flag behind.
-            let _ = fs_util::write_atomic(
-                self.ledger.rt.as_fd(),
-                NEEDS_VERIFY_FILE.as_ref(),
-                b"an fdatasync of ledger.jsonl failed; run `ckpt verify`\n",
-                0o600,
-                false,
-            );
-            return Err(LedgerError::SyncFailed(e));
-        }
-        failpoint::hit("ledger.after_fdatasync").map_err(|e| io_err("append to", e))?;
-        crate::timing("ledger: synced");
-        self.tail = Tail {
+        let tail = Tail {
             seq,
             hash: prev,
             end: self.tail.end + buf.len() as u64,
         };
-        write_head(self.ledger.rt.as_fd(), &self.tail);
-        beside
-            .and_then(|()| fs_util::wait_background(None))
-            .map_err(|e| io_err("sync the files written beside", e))?;
-        Ok(out)
+        Ok((tail, out))
     }
-
     fn repair(&mut self, torn: TornTail) -> Result<(), LedgerError> {
         let rt = self.ledger.rt.as_fd();
         let ts = self.ledger.clock.now_ms();
@@ -1082,5 +1154,63 @@ impl LedgerLock<'_> {
             backup: backup.clone(),
         }))])?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::RelPath;
+    use crate::record::{Body, UserEdit};
+
+    fn draft(path: &str) -> Draft {
+        Draft::new(Body::UserEdit(UserEdit {
+            path: RelPath::from_ledger(path.as_bytes()).unwrap(),
+            before_hash: None,
+            after_hash: None,
+            before_mode: None,
+            after_mode: None,
+        }))
+    }
+
+    /// Records written now and synced later are in the ledger at once (the
+    /// lock is free for the next writer meanwhile); the head anchor never
+    /// moves back behind a writer that appended in between, and moves on
+    /// when nothing was.
+    #[test]
+    fn records_synced_later_keep_the_chain_and_never_move_the_head_back() {
+        let t = tempfile::tempdir().unwrap();
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
+        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()));
+        let first = ledger
+            .lock()
+            .unwrap()
+            .write_then_sync(&[draft("a")])
+            .unwrap();
+        // Another writer gets the lock before the first one synced.
+        let second = ledger.append(draft("b")).unwrap();
+        assert_eq!(second.seq, 2);
+        let got = first.sync().unwrap();
+        assert_eq!(got[0].seq, 1);
+        assert_eq!(read_head(rt.as_fd()).unwrap().seq, 2);
+        let third = ledger
+            .lock()
+            .unwrap()
+            .write_then_sync(&[draft("c")])
+            .unwrap();
+        third.sync().unwrap();
+        assert_eq!(read_head(rt.as_fd()).unwrap().seq, 3);
+        let read = ledger.read().unwrap();
+        assert_eq!(read.records.len(), 3);
+        assert!(read.corruption.is_none());
+        // Dropped unsynced, the records are still synced and kept.
+        drop(
+            ledger
+                .lock()
+                .unwrap()
+                .write_then_sync(&[draft("d")])
+                .unwrap(),
+        );
+        assert_eq!(read_head(rt.as_fd()).unwrap().seq, 4);
     }
 }

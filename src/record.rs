@@ -245,6 +245,31 @@ pub struct ToolCall {
     pub unrecorded: Vec<Unrecorded>,
 }
 
+impl ToolCall {
+    /// A call's end (step 2): `status` (`succeeded` or `failed`, with its
+    /// `error`); the other fields empty, for the caller to fill.
+    pub fn end(call: String, tool: String, status: CallStatus, error: Option<String>) -> ToolCall {
+        ToolCall {
+            call,
+            step: 2,
+            tool,
+            status,
+            input_hash: None,
+            risk: None,
+            idempotency: None,
+            replay_policy: None,
+            side_effects: Vec::new(),
+            paths: Vec::new(),
+            result_ref: None,
+            compensation: None,
+            error,
+            agent: None,
+            before: Vec::new(),
+            unrecorded: Vec::new(),
+        }
+    }
+}
+
 /// A change a call made that ckpt could not record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unrecorded {

@@ -737,25 +737,16 @@ mod tests {
             format!("-H Authorization: Bearer {GHP}"),
         ];
         let t = ToolCall {
-            call: "toolu_1".into(),
-            step: 2,
-            tool: "Bash".into(),
-            status: CallStatus::Failed,
-            input_hash: None,
-            risk: None,
-            idempotency: None,
-            replay_policy: None,
-            side_effects: Vec::new(),
-            paths: Vec::new(),
-            result_ref: None,
             compensation: Some(Compensation {
                 argv: argv.clone(),
                 idempotency_key: None,
             }),
-            error: Some(format!("exit 1: {GHP}")),
-            agent: None,
-            before: Vec::new(),
-            unrecorded: Vec::new(),
+            ..ToolCall::end(
+                "toolu_1".into(),
+                "Bash".into(),
+                CallStatus::Failed,
+                Some(format!("exit 1: {GHP}")),
+            )
         };
         let Some(Body::ToolCall(r)) = record_body(&Body::ToolCall(t.clone())) else {
             panic!("the error must be redacted");

@@ -996,3 +996,97 @@ fn timing_marks_show_a_shell_calls_phases_only_when_asked() {
     assert_eq!(quiet.code, 0, "{}", quiet.stderr);
     assert!(!quiet.stderr.contains("ckpt: timing"), "{}", quiet.stderr);
 }
+
+/// A shell pre hook's payload for call `id`.
+fn shell_pre(env: &TestEnv, id: &str) -> Vec<u8> {
+    serde_json::json!({
+        "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_use_id": id, "cwd": env.ws, "tool_input": {"command": "true"},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Runs a shell pre hook for call `id` with `extra` in its environment.
+fn run_shell_pre(env: &TestEnv, id: &str, extra: &[(&str, &str)]) -> crate::common::Run {
+    exec_sh(env, "true");
+    crate::common::run_with_stdin(env, &["hook", "pre"], &shell_pre(env, id), extra)
+}
+
+/// A shell pre writes its `started` record before it walks and syncs it
+/// after (the disk writes it meanwhile): the record is in the ledger before
+/// the walk ends, and durable before the hook returns.
+#[test]
+fn a_shell_pre_writes_its_record_before_it_walks() {
+    let Some(env) = repo() else {
+        return;
+    };
+    let r = run_shell_pre(&env, "w1", &[("CKPT_TIMINGS", "1")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let at = |mark: &str| {
+        r.stderr
+            .lines()
+            .position(|l| l.ends_with(mark))
+            .unwrap_or_else(|| panic!("no `{mark}` in {}", r.stderr))
+    };
+    assert!(at("ledger: written") < at("scan: walked"), "{}", r.stderr);
+    assert!(
+        at("pre: snapshot durable") < at("ledger: synced"),
+        "{}",
+        r.stderr
+    );
+    assert!(at("ledger: synced") < at("pre: recorded"), "{}", r.stderr);
+    let recs = records(&env);
+    let last = recs.last().unwrap();
+    assert_eq!(
+        (&last["call"], &last["status"]),
+        (&"w1".into(), &"started".into())
+    );
+}
+
+/// When the walk of a shell pre fails after its `started` record was
+/// written beside it, a `failed` record closes the call (never left in
+/// doubt), the call is blocked with one line, and nothing is left open.
+#[test]
+fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {
+    let Some(env) = repo() else {
+        return;
+    };
+    let r = run_shell_pre(
+        &env,
+        "w2",
+        &[("CKPT_FAILPOINTS", "hook.pre.after_snapshot=error")],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("blocked"), "{}", r.stderr);
+    let recs = records(&env);
+    let mine: Vec<_> = recs.iter().filter(|r| r["call"] == "w2").collect();
+    assert_eq!(mine.len(), 2, "{mine:#?}");
+    assert_eq!(mine[0]["status"], "started");
+    assert_eq!(mine[1]["status"], "failed");
+    assert!(
+        mine[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("could not take the workspace snapshot"),
+        "{mine:#?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(env.rt().join("state/calls"))
+            .unwrap()
+            .count(),
+        0,
+        "no call is left open"
+    );
+    let rec = env.ckpt(&["--json", "recover"]);
+    let v = rec.json();
+    let call = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["call"] == "w2")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(call["status"], "failed", "{v:#}");
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}
