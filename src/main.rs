@@ -47,7 +47,9 @@ fn tune_allocator() {
         // small blocks without the arena's lock).
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
-    huge_pages::advise_heap();
+    // Only before large tables: a small tree's hook would pay more for a
+    // huge page's first touch than it saves (DECISIONS.md).
+    ckpt::on_big_tables(huge_pages::advise_heap);
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
@@ -82,6 +84,10 @@ mod huge_pages {
     /// that the many small blocks a hook allocates are faulted in by huge
     /// pages too, as glibc's `glibc.malloc.hugetlb=1` tunable does for its
     /// whole heap (the allocator cannot be told so from inside the process).
+    /// Called once, before the library builds large tables
+    /// ([`ckpt::on_big_tables`]); other threads may be running then, which
+    /// is safe: the block goes through `malloc`/`free`, and the advice
+    /// changes no contents.
     #[cfg(target_env = "gnu")]
     pub fn advise_heap() {
         // SAFETY: a block below the mmap threshold is taken from the heap and

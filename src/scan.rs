@@ -574,7 +574,9 @@ fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
 /// [`load`], with the inode the snapshot was read from.
 fn load_file(dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
     let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
-    let ino = rustix::fs::fstat(&f).ok()?.st_ino;
+    let st = rustix::fs::fstat(&f).ok()?;
+    let ino = st.st_ino;
+    crate::big_tables_ahead(st.st_size as u64);
     let mut v = Vec::new();
     f.read_to_end(&mut v).ok()?;
     Some((decode(&v)?, ino))
@@ -720,6 +722,10 @@ fn fresh(
     old: Option<&Snapshot>,
 ) -> Result<Fresh, WorkspaceError> {
     let taken_ns = fs_now(index);
+    if old.is_none() {
+        // A first walk: its size is not known yet.
+        crate::big_tables_ahead(u64::MAX);
+    }
     let known = old.map(|o| {
         walker::Known::new(
             o.taken_ns,
