@@ -205,7 +205,8 @@ fn fast_header(line: &[u8]) -> Option<LineCheck<'_>> {
 
 /// A JSON string body with no escapes, up to its closing quote.
 fn plain_string(b: &[u8]) -> Option<(&str, &[u8])> {
-    let end = memchr::memchr2(b'"', b'\\', b)?;
+    // (No `memchr`: see `scan_tail`.)
+    let end = b.iter().position(|&c| c == b'"' || c == b'\\')?;
     if b[end] != b'"' {
         return None;
     }
@@ -226,7 +227,7 @@ pub fn check_line(line: &[u8]) -> Result<LineCheck<'_>, String> {
     if line.len() < HASH_SUFFIX_LEN + 2 {
         return Err("line too short to be a record".into());
     }
-    if memchr::memchr(0, line).is_some() {
+    if line.contains(&0) {
         return Err("NUL bytes in the line (a torn or zero-filled write)".into());
     }
     let cut = line.len() - HASH_SUFFIX_LEN;
@@ -854,27 +855,42 @@ fn scan_tail(file: &mut File, len: u64) -> Result<(Tail, Option<TornTail>), Ledg
     if len == 0 {
         return Ok((Tail::default(), None));
     }
-    let mut window = 64 * 1024u64;
+    let mut window = 16 * 1024u64;
     loop {
         let start = len.saturating_sub(window);
         let mut buf = vec![0u8; (len - start) as usize];
         file.seek(SeekFrom::Start(start))
             .map_err(|e| io_err("seek", e))?;
         file.read_exact(&mut buf).map_err(|e| io_err("read", e))?;
-        // Complete lines in the window; the first one is partial unless start == 0.
-        let mut spans: Vec<(usize, usize)> = Vec::new();
-        let mut s = 0usize;
-        let mut partial_first = start > 0;
-        for e in memchr::memchr_iter(b'\n', &buf) {
-            if !partial_first {
-                spans.push((s, e));
-            }
-            partial_first = false;
-            s = e + 1;
+        // The window's last two complete lines, newest first, bounded by its
+        // last three newlines (its first line is partial unless start == 0).
+        // Searched from the end, byte by byte: a few lines, and no `memchr`,
+        // whose first call costs a hook ~75 µs of CPU-feature detection
+        // (`cpuid` traps on a VM).
+        let mut nls = [0usize; 3];
+        let mut found = 0;
+        let mut upto = buf.len();
+        while found < 3
+            && let Some(i) = buf[..upto].iter().rposition(|&b| b == b'\n')
+        {
+            nls[found] = i;
+            found += 1;
+            upto = i;
         }
-        // Newest complete line first; at most one bad complete line may precede
-        // the fragment and still count as a torn write (B5).
-        for &(ls, le) in spans.iter().rev().take(2) {
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(2);
+        for k in 0..found.min(2) {
+            let begin = if k + 1 < found {
+                Some(nls[k + 1] + 1)
+            } else {
+                (start == 0).then_some(0)
+            };
+            if let Some(b) = begin {
+                spans.push((b, nls[k]));
+            }
+        }
+        // At most one bad complete line may precede the fragment and still
+        // count as a torn write (B5).
+        for &(ls, le) in &spans {
             if let Ok(c) = check_line(&buf[ls..le]) {
                 let end = start + le as u64 + 1;
                 let tail = Tail {
@@ -890,7 +906,7 @@ fn scan_tail(file: &mut File, len: u64) -> Result<(Tail, Option<TornTail>), Ledg
             }
         }
         if spans.len() >= 2 {
-            let (ls, _) = spans[spans.len() - 2];
+            let (ls, _) = spans[1];
             return Err(LedgerError::Corrupt {
                 seq: 0,
                 line: 0,
@@ -1171,6 +1187,50 @@ mod tests {
             before_mode: None,
             after_mode: None,
         }))
+    }
+
+    /// The tail is found behind a last record longer than the first window
+    /// read (16 KiB), and behind a torn fragment after it.
+    #[test]
+    fn the_tail_is_found_behind_long_records_and_a_torn_fragment() {
+        use crate::record::{CallStatus, ToolCall};
+        let t = tempfile::tempdir().unwrap();
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
+        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()));
+        let long = |n: usize| {
+            let error = Some("x".repeat(n));
+            Draft::new(Body::ToolCall(ToolCall::end(
+                "c".into(),
+                "Bash".into(),
+                CallStatus::Failed,
+                error,
+            )))
+        };
+        ledger.append(draft("a")).unwrap();
+        ledger.append(long(40_000)).unwrap();
+        assert_eq!(ledger.lock().unwrap().tail().seq, 2);
+        ledger.append(long(100_000)).unwrap();
+        ledger.append(long(20_000)).unwrap();
+        assert_eq!(ledger.lock().unwrap().tail().seq, 4);
+        // A torn write of another long record.
+        let path = t.path().join(LEDGER_FILE);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&[b'{'; 30_000]).unwrap();
+        drop(f);
+        // Cut, and a repair record says so.
+        let g = ledger.lock().unwrap();
+        assert_eq!(g.tail().seq, 5);
+        let end = g.tail().end;
+        drop(g);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+        ledger.append(draft("b")).unwrap();
+        let read = ledger.read().unwrap();
+        assert_eq!(read.records.len(), 6);
+        assert!(matches!(read.records[4].body, Body::Repair(_)));
+        assert!(read.corruption.is_none() && read.torn.is_none());
     }
 
     /// Records written now and synced later are in the ledger at once (the
