@@ -711,6 +711,62 @@ impl Fresh {
     }
 }
 
+/// What a walk yields: the walk, and git's index (read on a thread of its
+/// own beside a walk with nothing known: `Some(None)` outside a repository).
+type WalkAndIndex = (
+    io::Result<walker::Walked>,
+    Option<Option<crate::git::IndexRead>>,
+);
+
+/// Walks `root`; with nothing `known`, reads git's index beside it.
+fn walk_reading_index(
+    root: &std::path::Path,
+    ignore: &[String],
+    known: Option<&walker::Known<'_>>,
+) -> WalkAndIndex {
+    std::thread::scope(|s| {
+        let reader = known.is_none().then(|| {
+            std::thread::Builder::new()
+                .spawn_scoped(s, || crate::git::IndexRead::start(root))
+                .ok()
+        });
+        let walked = walker::walk(root, ignore, known);
+        let read = reader.flatten().map(|h| h.join().ok().flatten());
+        (walked, read)
+    })
+}
+
+/// A workspace's first walk (with git's index read beside it), started
+/// before `.agent-runtime/` is made: a first shell hook makes its
+/// directories and files (disk-bound; 0.2–5 ms for the first `mkdir` on
+/// this project's VM) while the tree is walked. Handed to the workspace
+/// ([`Workspace::walk_ahead`]), it is used by the first snapshot if the
+/// configuration's ignores are still the defaults it walked with.
+#[derive(Debug)]
+pub struct FirstWalk {
+    ignore: Vec<String>,
+    handle: std::thread::JoinHandle<(WalkAndIndex, i64)>,
+}
+
+impl FirstWalk {
+    /// Starts walking `root` on a thread of its own (`None`: no thread).
+    pub fn start(root: &std::path::Path) -> Option<FirstWalk> {
+        crate::big_tables_ahead(u64::MAX);
+        let ignore = Config::default().ignore;
+        let (root, ignores) = (root.to_path_buf(), ignore.clone());
+        let handle = std::thread::Builder::new()
+            .spawn(move || {
+                // No clock marker yet (`index/` is not made): dated by the
+                // wall clock less the racy margin, as when the marker cannot
+                // be touched ([`fs_now`]).
+                let taken_ns = now_ns() - RACY_NS;
+                (walk_reading_index(&root, &ignores, None), taken_ns)
+            })
+            .ok()?;
+        Some(FirstWalk { ignore, handle })
+    }
+}
+
 /// Walks the workspace and fills in content identities: unchanged entries keep
 /// theirs from `old`, git-clean files get their git blob id, everything else is
 /// read and stored.
@@ -721,7 +777,20 @@ fn fresh(
     index: &OwnedFd,
     old: Option<&Snapshot>,
 ) -> Result<Fresh, WorkspaceError> {
-    let taken_ns = fs_now(index);
+    // A first walk started before `.agent-runtime/` was made, if it walked
+    // with the ignores in force.
+    let ahead = match ws.take_first_walk() {
+        Some(f) if old.is_none() && f.ignore == cfg.ignore => f.handle.join().ok(),
+        Some(f) => {
+            let _ = f.handle.join();
+            None
+        }
+        None => None,
+    };
+    let taken_ns = match &ahead {
+        Some((_, taken_ns)) => *taken_ns,
+        None => fs_now(index),
+    };
     if old.is_none() {
         // A first walk: its size is not known yet.
         crate::big_tables_ahead(u64::MAX);
@@ -737,16 +806,10 @@ fn fresh(
     crate::timing("scan: known paths mapped");
     // With nothing known, every file is looked up in git's index: it is read
     // on a thread of its own while the tree is walked.
-    let (walk_and_read_index, mut index_read) = std::thread::scope(|s| {
-        let reader = old.is_none().then(|| {
-            std::thread::Builder::new()
-                .spawn_scoped(s, || crate::git::IndexRead::start(ws.root()))
-                .ok()
-        });
-        let walked = walker::walk(ws.root(), &cfg.ignore, known.as_ref());
-        let read = reader.flatten().map(|h| h.join().ok().flatten());
-        (walked, read)
-    });
+    let (walk_and_read_index, mut index_read) = match ahead {
+        Some((walked, _)) => walked,
+        None => walk_reading_index(ws.root(), &cfg.ignore, known.as_ref()),
+    };
     let walker::Walked {
         entries: mut walked,
         old: old_idx,

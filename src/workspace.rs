@@ -97,6 +97,8 @@ pub struct Workspace {
     ledger: Ledger,
     blobs: BlobStore,
     trash: Trash,
+    /// A first walk started before the workspace was set up.
+    first_walk: std::sync::Mutex<Option<crate::scan::FirstWalk>>,
 }
 
 /// Finds the workspace for a command started in `cwd`: the git top level when
@@ -293,6 +295,7 @@ impl Workspace {
             trash: Trash::new(rt.clone()),
             rt,
             clock,
+            first_walk: std::sync::Mutex::new(None),
         })
     }
 
@@ -308,6 +311,22 @@ impl Workspace {
     /// The workspace root.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Hands this workspace a first walk started before it was set up
+    /// ([`crate::scan::FirstWalk`]): its first snapshot uses it.
+    pub fn walk_ahead(&self, walk: crate::scan::FirstWalk) {
+        *self
+            .first_walk
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(walk);
+    }
+
+    pub(crate) fn take_first_walk(&self) -> Option<crate::scan::FirstWalk> {
+        self.first_walk
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// The ledger.

@@ -1090,3 +1090,47 @@ fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {
     assert_eq!(call["status"], "failed", "{v:#}");
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
+
+/// A first shell hook walks the tree while it sets up `.agent-runtime/`
+/// (`scan::FirstWalk`): the call's changes are recorded exactly, the
+/// user's uncommitted file is stored once, and nothing clean against git is
+/// copied.
+#[test]
+fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_changes() {
+    let Some(env) = repo() else {
+        return;
+    };
+    for i in 0..40 {
+        env.write(&format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
+    }
+    git(&env, &["add", "-A"]);
+    git(&env, &["commit", "-qm", "more"]);
+    env.write("dirty.txt", b"the user's uncommitted work\n");
+    assert!(!env.rt().exists());
+    let post = |id: &str| {
+        serde_json::json!({
+            "session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Bash",
+            "tool_use_id": id, "cwd": env.ws, "tool_input": {"command": "true"},
+        })
+        .to_string()
+    };
+    let r = crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "first"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(blob_count(&env), 1, "only the untracked file is stored");
+    env.write("many/f3.txt", b"changed by the call\n");
+    env.write("made.txt", b"new\n");
+    std::fs::remove_file(env.ws.join("src/b.txt")).unwrap();
+    let r = crate::common::run_with_stdin(&env, &["hook", "post"], post("first").as_bytes(), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut ops = patch_ops(&env);
+    ops.sort();
+    assert_eq!(
+        ops,
+        [
+            ("made.txt".to_string(), "create".to_string()),
+            ("many/f3.txt".to_string(), "modify".to_string()),
+            ("src/b.txt".to_string(), "delete".to_string()),
+        ]
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}

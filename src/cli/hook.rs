@@ -219,8 +219,17 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = match Workspace::open(&root, OpenOptions { clock: ctx.clock() }) {
         Ok(ws) => ws,
         Err(ckpt::WorkspaceError::NotInitialized(_)) => {
+            // A shell pre walks the tree while `.agent-runtime/` is made.
+            let ahead = (phase == Phase::Pre && ev.capture == ckpt::capture::Capture::Scan)
+                .then(|| ckpt::scan::FirstWalk::start(&root))
+                .flatten();
             match Workspace::init_in_background(&root, OpenOptions { clock: ctx.clock() }) {
-                Ok((ws, _)) => ws,
+                Ok((ws, _)) => {
+                    if let Some(a) = ahead {
+                        ws.walk_ahead(a);
+                    }
+                    ws
+                }
                 Err(e) => return fail(super::error::one_line(&e), OnRecordFailure::Block),
             }
         }
