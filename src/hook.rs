@@ -453,7 +453,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         }),
     ));
     if scan {
-        record_while_walking(ws, cfg, &key, &drafts, &call, ev.session.as_deref(), &tool)?;
+        record_while_walking(ws, cfg, &key, &drafts)?;
     } else {
         after_snapshot()?;
         append(ws, &drafts)?;
@@ -499,9 +499,6 @@ fn record_while_walking(
     cfg: &Config,
     key: &str,
     drafts: &[Draft],
-    call: &str,
-    session: Option<&str>,
-    tool: &str,
 ) -> Result<(), WorkspaceError> {
     let walk = || -> Result<(), WorkspaceError> {
         let batch = BatchDurability::start(ws);
@@ -518,20 +515,31 @@ fn record_while_walking(
     let walked = walk();
     written.sync()?;
     if let Err(e) = walked {
-        let failed = Draft::in_session(
-            session.map(str::to_string),
-            Body::ToolCall(ToolCall::end(
-                call.to_string(),
-                tool.to_string(),
+        // The `started` record is the last draft; its call ends `failed`.
+        if let Some(Draft {
+            session,
+            body: Body::ToolCall(started),
+        }) = drafts.last()
+        {
+            let error = format!(
+                "ckpt could not take the workspace snapshot before this call: {}",
+                crate::error_line(&e)
+            );
+            let end = ToolCall::end(
+                started.call.clone(),
+                started.tool.clone(),
                 CallStatus::Failed,
-                Some(format!(
-                    "ckpt could not take the workspace snapshot before this call: {}",
-                    crate::error_line(&e)
-                )),
-            )),
-        );
-        // (If this fails too, the call is left in doubt: `ckpt recover` says so.)
-        let _ = append(ws, &[failed]);
+                Some(error),
+            );
+            let failed = ToolCall {
+                agent: started.agent.clone(),
+                ..end
+            };
+            let failed = Draft::in_session(session.clone(), Body::ToolCall(failed));
+            // (If this fails too, the call is left in doubt: `ckpt recover`
+            // says so.)
+            let _ = append(ws, &[failed]);
+        }
         return Err(e);
     }
     Ok(())
@@ -727,19 +735,20 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
         crate::timing("post: synced");
     }
     let failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
+    let end = if failed {
+        let error = ev.error.clone();
+        let error = error.unwrap_or_else(|| "the tool reported a failure".into());
+        ToolCall::end(call.clone(), tool, CallStatus::Failed, Some(error))
+    } else {
+        ToolCall::end(call.clone(), tool, CallStatus::Succeeded, None)
+    };
     drafts.push(Draft::in_session(
         session.clone(),
         Body::ToolCall(ToolCall {
             paths: before.iter().map(|(p, _)| p.clone()).collect(),
             agent: Some(ev.format.as_str().to_string()),
             unrecorded,
-            ..if failed {
-                let error = ev.error.clone();
-                let error = error.unwrap_or_else(|| "the tool reported a failure".into());
-                ToolCall::end(call.clone(), tool, CallStatus::Failed, Some(error))
-            } else {
-                ToolCall::end(call.clone(), tool, CallStatus::Succeeded, None)
-            }
+            ..end
         }),
     ));
     crate::failpoint::hit("hook.post.before_append")

@@ -1065,6 +1065,8 @@ fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {
     assert_eq!(mine.len(), 2, "{mine:#?}");
     assert_eq!(mine[0]["status"], "started");
     assert_eq!(mine[1]["status"], "failed");
+    assert_eq!(mine[1]["agent"], mine[0]["agent"]);
+    assert_eq!(mine[1]["session"], mine[0]["session"]);
     assert!(
         mine[1]["error"]
             .as_str()
