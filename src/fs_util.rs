@@ -137,6 +137,17 @@ struct Queued {
     dir_id: Option<(u64, u64)>,
 }
 
+impl Queued {
+    /// An `fdatasync` of `fd` (a handle of its own).
+    fn data(fd: BorrowedFd<'_>) -> io::Result<Queued> {
+        Ok(Queued {
+            fd: rustix::io::fcntl_dupfd_cloexec(fd, 0)?,
+            kind: SyncKind::Data,
+            dir_id: None,
+        })
+    }
+}
+
 thread_local! {
     /// Syncs queued while a [`SyncSet`] is collecting on this thread (`None`:
     /// not collecting). Per thread, so one thread's set never holds back
@@ -331,11 +342,7 @@ pub fn sync_data_in_background(f: &File, before: Before) -> io::Result<()> {
     if crate::test_no_fsync() {
         return Ok(());
     }
-    let sync = Pending(vec![Queued {
-        fd: rustix::io::fcntl_dupfd_cloexec(f, 0)?,
-        kind: SyncKind::Data,
-        dir_id: None,
-    }]);
+    let sync = Pending(vec![Queued::data(f.as_fd())?]);
     in_background(before, move || sync.run())
 }
 
@@ -724,13 +731,7 @@ impl NewFiles {
         let res = (|| {
             let syncs: Vec<Queued> = files
                 .iter()
-                .map(|(_, _, fd)| {
-                    Ok(Queued {
-                        fd: rustix::io::fcntl_dupfd_cloexec(fd, 0)?,
-                        kind: SyncKind::Data,
-                        dir_id: None,
-                    })
-                })
+                .map(|(_, _, fd)| Queued::data(fd.as_fd()))
                 .collect::<io::Result<_>>()?;
             // The data of all of them, concurrently, before any is named (run
             // here, never left to a set that may be collecting around us).

@@ -1136,6 +1136,7 @@ impl<'a> LedgerLock<'a> {
         };
         Ok((tail, out))
     }
+
     fn repair(&mut self, torn: TornTail) -> Result<(), LedgerError> {
         let rt = self.ledger.rt.as_fd();
         let ts = self.ledger.clock.now_ms();

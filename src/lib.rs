@@ -159,10 +159,13 @@ pub fn on_big_tables(prepare: fn()) {
 /// Says that tables of about `bytes` are about to be built.
 pub(crate) fn big_tables_ahead(bytes: u64) {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    if bytes >= BIG_TABLES_FROM
-        && let Some(prepare) = BIG_TABLES.get()
-    {
-        ONCE.call_once(prepare);
+    if bytes >= BIG_TABLES_FROM {
+        ONCE.call_once(|| {
+            timing("large tables ahead");
+            if let Some(prepare) = BIG_TABLES.get() {
+                prepare();
+            }
+        });
     }
 }
 

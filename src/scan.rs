@@ -788,7 +788,10 @@ fn fresh(
         None => None,
     };
     let taken_ns = match &ahead {
-        Some((_, taken_ns)) => *taken_ns,
+        Some((_, taken_ns)) => {
+            crate::timing("scan: first walk taken over");
+            *taken_ns
+        }
         None => fs_now(index),
     };
     if old.is_none() {

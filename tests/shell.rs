@@ -59,6 +59,19 @@ fn repo() -> Option<TestEnv> {
     Some(env)
 }
 
+/// [`repo`] with `n` more committed files (`many/f<i>.txt`) and one the
+/// user has not committed (`dirty.txt`).
+fn repo_with_work(n: usize) -> Option<TestEnv> {
+    let env = repo()?;
+    for i in 0..n {
+        env.write(&format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
+    }
+    git(&env, &["add", "-A"]);
+    git(&env, &["commit", "-qm", "more"]);
+    env.write("dirty.txt", b"the user's uncommitted work\n");
+    Some(env)
+}
+
 fn records(env: &TestEnv) -> Vec<serde_json::Value> {
     env.ckpt(&["log", "--json"]).json()["records"]
         .as_array()
@@ -174,15 +187,9 @@ fn exec_records_every_kind_of_change_and_nothing_ignored() {
 
 #[test]
 fn first_use_copies_nothing_that_is_clean_against_git() {
-    let Some(env) = repo() else {
+    let Some(env) = repo_with_work(50) else {
         return;
     };
-    for i in 0..50 {
-        env.write(&format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
-    }
-    git(&env, &["add", "-A"]);
-    git(&env, &["commit", "-qm", "more"]);
-    env.write("dirty.txt", b"the user's uncommitted work\n");
     let r = env.ckpt(&["exec", "--", "true"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(
@@ -1099,15 +1106,9 @@ fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {
 /// copied.
 #[test]
 fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_changes() {
-    let Some(env) = repo() else {
+    let Some(env) = repo_with_work(40) else {
         return;
     };
-    for i in 0..40 {
-        env.write(&format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
-    }
-    git(&env, &["add", "-A"]);
-    git(&env, &["commit", "-qm", "more"]);
-    env.write("dirty.txt", b"the user's uncommitted work\n");
     assert!(!env.rt().exists());
     let post = |id: &str| {
         serde_json::json!({
@@ -1116,8 +1117,18 @@ fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_chan
         })
         .to_string()
     };
-    let r = crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "first"), &[]);
+    let timed = [("CKPT_TIMINGS", "1")];
+    let r =
+        crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "first"), &timed);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // The walk started before the setup is the one the snapshot used; a
+    // first walk's size is unknown, so the allocator is told to expect much.
+    assert!(
+        r.stderr.contains("scan: first walk taken over"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("large tables ahead"), "{}", r.stderr);
     assert_eq!(blob_count(&env), 1, "only the untracked file is stored");
     env.write("many/f3.txt", b"changed by the call\n");
     env.write("made.txt", b"new\n");
@@ -1135,4 +1146,12 @@ fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_chan
         ]
     );
     assert_eq!(env.ckpt(&["verify"]).code, 0);
+    // A later hook on this small tree loads a small snapshot: no first walk
+    // to take over, nothing large ahead.
+    let r =
+        crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "second"), &timed);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("scan: walked"), "{}", r.stderr);
+    assert!(!r.stderr.contains("first walk taken over"), "{}", r.stderr);
+    assert!(!r.stderr.contains("large tables ahead"), "{}", r.stderr);
 }
