@@ -143,12 +143,18 @@ pub fn resolve(
                 from: now.clone(),
                 to,
                 patches: c.patches.clone(),
+                redone: Vec::new(),
+                renamed_to: None,
                 conflict: Some(id.to_string()),
                 note: None,
             }],
             conflicts: Vec::new(),
             patches: 0,
             unrecorded: Vec::new(),
+            undo_to: None,
+            redo_of: None,
+            named: 0,
+            merged: Default::default(),
         };
         // The conflict's new state goes into the same append as the action's
         // end (a crash in between is finished, conflict included, by the

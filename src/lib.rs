@@ -52,6 +52,7 @@ pub mod claude_transcript;
 pub mod compensate;
 pub mod config;
 pub mod conflict;
+pub mod effect;
 pub mod failpoint;
 pub mod fs_util;
 pub mod git;

@@ -38,6 +38,7 @@ use serde_json::{Value, json};
 
 use crate::call::{self, FileState};
 use crate::config::Config;
+use crate::effect::{self, Effects};
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
 use crate::merge::{self, MergeOutcome};
@@ -62,16 +63,26 @@ pub enum Selector {
     Last(usize),
     /// The patches an earlier action wrote (undoing a rollback or resolve).
     Action(String),
+    /// `ckpt undo`: every change in effect made after the newest checkpoint
+    /// that has changes in effect after it.
+    Undo,
+    /// `ckpt redo`: undo the newest `ckpt undo` still in effect.
+    Redo,
+    /// Every agent change in effect (what `status` and `diff` describe).
+    Everything,
 }
 
 impl Selector {
-    fn target(&self) -> Value {
+    fn target(&self, r: &RollbackReport) -> Value {
         match self {
             Selector::To(c) => json!({"to": c}),
             Selector::Call(c) => json!({"call": c}),
             Selector::Session(s) => json!({"session": s}),
             Selector::Last(n) => json!({"last": n}),
             Selector::Action(a) => json!({"action": a}),
+            Selector::Undo => json!({"undo": r.undo_to.clone().flatten()}),
+            Selector::Redo => json!({"redo": r.redo_of}),
+            Selector::Everything => json!({"everything": true}),
         }
     }
 }
@@ -147,6 +158,14 @@ pub struct PlannedFile {
     pub to: PathState,
     /// The patches undone (or held back by a conflict), newest first.
     pub patches: Vec<String>,
+    /// The agent patches put back in (a `--to` that takes back a later
+    /// rollback), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redone: Vec<String>,
+    /// For the path a renamed file is at now: the path an undone rename
+    /// moves it back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_to: Option<RelPath>,
     /// The conflict raised for this file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
@@ -171,15 +190,53 @@ pub struct RollbackReport {
     /// Changes the selected calls made that ckpt could not record (too
     /// large, unreadable), with their call: left as they are.
     pub unrecorded: Vec<(String, crate::record::Unrecorded)>,
+    /// For `ckpt undo`: the checkpoint stepped back to (`Some(None)`: the
+    /// start of the history).
+    pub undo_to: Option<Option<String>>,
+    /// For `ckpt redo`: the undo it takes back (`None`: nothing to redo).
+    pub redo_of: Option<String>,
+    /// How many patches the selector names, in effect or not (more than
+    /// `patches` when some were taken out already).
+    pub named: usize,
+    /// Contents the plan computed (merges), by path.
+    pub(crate) merged: HashMap<RelPath, Rc<Vec<u8>>>,
 }
 
 impl RollbackReport {
+    /// The bytes the plan leaves at `f.path` (`None`: absent, or not
+    /// readable now), for `ckpt diff`.
+    pub fn planned_bytes(&self, ws: &Workspace, f: &PlannedFile) -> Option<Vec<u8>> {
+        let h = f.to.hash?;
+        if let Some(b) = self.merged.get(&f.path)
+            && ContentHash::of(b) == h
+        {
+            return Some(b.to_vec());
+        }
+        ws.blobs().get(&h).ok()
+    }
+
     /// Whether a file failed or raced (the action ended `failed`).
     pub fn incomplete(&self) -> bool {
         self.files
             .iter()
             .any(|f| matches!(f.result, FileResult::Raced | FileResult::Failed))
     }
+}
+
+/// The plan of what `opts` selects over `records`, written nowhere: what
+/// `status` and `diff` describe (the caller checked the ledger).
+pub fn dry_plan(
+    ws: &Workspace,
+    cfg: &Config,
+    records: &[Record],
+    selector: Selector,
+) -> Result<RollbackReport, WorkspaceError> {
+    let opts = RollbackOptions {
+        selector,
+        paths: Vec::new(),
+        dry_run: true,
+    };
+    plan(ws, cfg, records, &opts, String::new())
 }
 
 /// Rolls back what `opts` selects (see the module doc).
@@ -213,7 +270,12 @@ pub(crate) fn rollback_locked(
     refuse_damaged(&read)?;
     let id = ws.clock().new_id("act_");
     let mut report = plan(ws, cfg, &read.records, opts, id)?;
-    run_plan(ws, &mut report, opts.selector.target())?;
+    if report.files.is_empty() && matches!(opts.selector, Selector::Undo | Selector::Redo) {
+        // Nothing to undo or redo: nothing recorded.
+        return Ok(report);
+    }
+    let target = opts.selector.target(&report);
+    run_plan(ws, &mut report, target)?;
     Ok(report)
 }
 
@@ -229,46 +291,113 @@ fn refuse_damaged(read: &crate::LedgerRead) -> Result<(), WorkspaceError> {
 
 // ---------------------------------------------------------------- selection
 
-/// The agent patches `sel` picks, oldest first, with their record's session.
-fn select<'r>(
-    records: &'r [Record],
-    sel: &Selector,
-) -> Result<(Vec<&'r FilePatch>, BTreeSet<String>), WorkspaceError> {
-    let patches: Vec<(&Record, &FilePatch)> = records
-        .iter()
-        .filter_map(|r| match &r.body {
-            Body::FilePatch(p) => Some((r, p)),
+/// What a selector picks: patches to take out and patches to put back in,
+/// each oldest first.
+struct Selection<'r> {
+    /// In-effect patches to take out (agent patches; ckpt patches for
+    /// `--action` and `redo`).
+    undo: Vec<&'r FilePatch>,
+    /// Agent patches to put back in (`--to` a checkpoint before a rollback).
+    redo: Vec<&'r FilePatch>,
+    /// The calls (or action) selected: a patch whose candidate calls reach
+    /// outside them cannot be undone without guessing.
+    calls: BTreeSet<String>,
+    /// Whether every patch of the range is selected whatever its call
+    /// (`--to`, `undo`): no ambiguity between calls is possible.
+    all_selected: bool,
+    /// Every path the selector names, in effect or not (for `--path`).
+    touched: Vec<&'r FilePatch>,
+    /// For `undo`: the checkpoint stepped back to (`None`: the start).
+    undo_to: Option<Option<String>>,
+    /// For `redo`: the undo taken back.
+    redo_of: Option<String>,
+}
+
+fn checkpoint_seq(records: &[Record], ck: &str) -> Option<u64> {
+    records.iter().find_map(|r| match &r.body {
+        Body::Checkpoint(c) if c.checkpoint == *ck => Some(c.upto_seq),
+        _ => None,
+    })
+}
+
+/// The patches `sel` picks (see [`Selection`]).
+fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, WorkspaceError> {
+    let now = Effects::replay(records, None);
+    let live = now.live_agent();
+    let unknown = |id: &str| WorkspaceError::UnknownId(id.to_string());
+    let mut out = Selection {
+        undo: Vec::new(),
+        redo: Vec::new(),
+        calls: BTreeSet::new(),
+        all_selected: false,
+        touched: Vec::new(),
+        undo_to: None,
+        redo_of: None,
+    };
+    let agent_patches = || {
+        records.iter().filter_map(|r| match &r.body {
+            Body::FilePatch(p) if effect::is_agent(p) => Some((r, p)),
             _ => None,
         })
-        .collect();
-    let agent = |p: &FilePatch| !matches!(p.source, PatchSource::Rollback | PatchSource::Watch);
-    let unknown = |id: &str| WorkspaceError::UnknownId(id.to_string());
-    // The calls in the selection: a patch whose candidate calls reach outside
-    // it cannot be undone without guessing.
-    let mut calls = BTreeSet::new();
-    let picked: Vec<&FilePatch> = match sel {
+    };
+    // A patch belongs to the selected calls when its call, or one of the
+    // calls that could have made it, is selected.
+    let of_calls = |p: &FilePatch, calls: &BTreeSet<String>| {
+        calls.contains(&p.call) || p.candidates.iter().any(|c| calls.contains(c))
+    };
+    match sel {
         Selector::To(ck) => {
-            let upto = records
+            let upto = checkpoint_seq(records, ck).ok_or_else(|| unknown(ck))?;
+            let then = Effects::replay(records, Some(upto));
+            out.all_selected = true;
+            out.undo = live
                 .iter()
-                .find_map(|r| match &r.body {
-                    Body::Checkpoint(c) if c.checkpoint == *ck => Some(c.upto_seq),
-                    _ => None,
-                })
-                .ok_or_else(|| unknown(ck))?;
-            let v: Vec<&FilePatch> = patches
-                .iter()
-                .filter(|(r, p)| r.seq > upto && agent(p))
+                .filter(|(_, p)| !then.live(&p.patch))
                 .map(|(_, p)| *p)
+                .collect();
+            out.redo = then
+                .live_agent()
+                .into_iter()
+                .filter(|(_, p)| !now.live(&p.patch))
+                .map(|(_, p)| p)
+                .collect();
+            out.touched = agent_patches()
+                .filter(|(r, _)| r.seq > upto)
+                .map(|(_, p)| p)
+                .chain(out.redo.iter().copied())
                 .collect();
             for r in records.iter().filter(|r| r.seq > upto) {
                 if let Body::ToolCall(c) = &r.body {
-                    calls.insert(c.call.clone());
+                    out.calls.insert(c.call.clone());
                 }
             }
-            for p in &v {
-                calls.insert(p.call.clone());
+        }
+        Selector::Undo | Selector::Everything => {
+            let from = if *sel == Selector::Everything {
+                None
+            } else {
+                // The newest checkpoint before the newest change in effect.
+                let newest = live.last().map(|(r, _)| r.seq);
+                newest.and_then(|n| {
+                    records.iter().rev().find_map(|r| match &r.body {
+                        Body::Checkpoint(c) if c.upto_seq < n => {
+                            Some((c.upto_seq, c.checkpoint.clone()))
+                        }
+                        _ => None,
+                    })
+                })
+            };
+            out.all_selected = true;
+            if *sel == Selector::Undo {
+                out.undo_to = Some(from.as_ref().map(|(_, c)| c.clone()));
             }
-            v
+            let upto = from.map(|(s, _)| s).unwrap_or(0);
+            out.undo = live
+                .iter()
+                .filter(|(r, _)| r.seq > upto)
+                .map(|(_, p)| *p)
+                .collect();
+            out.touched = out.undo.clone();
         }
         Selector::Call(c) => {
             let known = records.iter().any(|r| match &r.body {
@@ -279,12 +408,7 @@ fn select<'r>(
             if !known {
                 return Err(unknown(c));
             }
-            calls.insert(c.clone());
-            patches
-                .iter()
-                .filter(|(_, p)| p.call == *c && agent(p))
-                .map(|(_, p)| *p)
-                .collect()
+            out.calls.insert(c.clone());
         }
         Selector::Session(s) => {
             if !records.iter().any(|r| r.session.as_deref() == Some(s)) {
@@ -293,19 +417,21 @@ fn select<'r>(
                 )));
             }
             for r in records.iter().filter(|r| r.session.as_deref() == Some(s)) {
-                if let Body::ToolCall(c) = &r.body {
-                    calls.insert(c.call.clone());
+                match &r.body {
+                    Body::ToolCall(c) => {
+                        out.calls.insert(c.call.clone());
+                    }
+                    Body::FilePatch(p) if effect::is_agent(p) => {
+                        out.calls.insert(p.call.clone());
+                    }
+                    _ => {}
                 }
             }
-            patches
-                .iter()
-                .filter(|(r, p)| r.session.as_deref() == Some(s) && agent(p))
-                .map(|(_, p)| *p)
-                .collect()
         }
         Selector::Last(n) => {
+            // The newest N calls with a change still in effect.
             let mut order: Vec<&str> = Vec::new();
-            for (_, p) in patches.iter().rev().filter(|(_, p)| agent(p)) {
+            for (_, p) in live.iter().rev() {
                 if !order.contains(&p.call.as_str()) {
                     if order.len() == *n {
                         break;
@@ -313,12 +439,27 @@ fn select<'r>(
                     order.push(&p.call);
                 }
             }
-            calls.extend(order.iter().map(|s| s.to_string()));
-            patches
-                .iter()
-                .filter(|(_, p)| agent(p) && order.contains(&p.call.as_str()))
-                .map(|(_, p)| *p)
-                .collect()
+            out.calls.extend(order.iter().map(|s| s.to_string()));
+        }
+        Selector::Redo => {
+            if let Some(a) = redo_target(records) {
+                out.calls.insert(a.clone());
+                out.undo = records
+                    .iter()
+                    .filter_map(|r| match &r.body {
+                        Body::FilePatch(p)
+                            if p.call == a
+                                && p.source == PatchSource::Rollback
+                                && now.live(&p.patch) =>
+                        {
+                            Some(p)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                out.touched = out.undo.clone();
+                out.redo_of = Some(a);
+            }
         }
         Selector::Action(a) => {
             let known = records
@@ -327,15 +468,59 @@ fn select<'r>(
             if !known {
                 return Err(unknown(a));
             }
-            calls.insert(a.clone());
-            patches
-                .iter()
-                .filter(|(_, p)| p.call == *a && p.source == PatchSource::Rollback)
-                .map(|(_, p)| *p)
-                .collect()
+            out.calls.insert(a.clone());
+            let mine = records.iter().filter_map(|r| match &r.body {
+                Body::FilePatch(p) if p.call == *a && p.source == PatchSource::Rollback => Some(p),
+                _ => None,
+            });
+            out.touched = mine.clone().collect();
+            out.undo = mine.filter(|p| now.live(&p.patch)).collect();
         }
-    };
-    Ok((picked, calls))
+    }
+    if matches!(
+        sel,
+        Selector::Call(_) | Selector::Session(_) | Selector::Last(_)
+    ) {
+        out.touched = agent_patches()
+            .filter(|(_, p)| of_calls(p, &out.calls))
+            .map(|(_, p)| p)
+            .collect();
+        out.undo = live
+            .iter()
+            .filter(|(_, p)| of_calls(p, &out.calls))
+            .map(|(_, p)| *p)
+            .collect();
+    }
+    Ok(out)
+}
+
+/// The newest `ckpt undo` whose changes are still in effect: what `ckpt
+/// redo` takes back.
+fn redo_target(records: &[Record]) -> Option<String> {
+    let now = Effects::replay(records, None);
+    let undos: BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Action(a)
+                if a.action_type == ActionType::RollbackFiles
+                    && a.status == ActionStatus::Started
+                    && a.target.get("undo").is_some() =>
+            {
+                Some(a.action.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    records.iter().rev().find_map(|r| match &r.body {
+        Body::FilePatch(p)
+            if p.source == PatchSource::Rollback
+                && undos.contains(p.call.as_str())
+                && now.live(&p.patch) =>
+        {
+            Some(p.call.clone())
+        }
+        _ => None,
+    })
 }
 
 /// Compiled `--path` filters: a glob, or a path and everything under it.
@@ -354,15 +539,25 @@ impl PathFilter {
     }
 
     fn matches(&self, rel: &RelPath) -> bool {
-        if self.0.is_empty() {
-            return true;
-        }
+        self.0.is_empty() || self.0.iter().any(|pat| Self::one(pat, rel))
+    }
+
+    fn one((g, prefix): &(globset::GlobMatcher, String), rel: &RelPath) -> bool {
         let s = rel.display();
-        self.0.iter().any(|(g, prefix)| {
-            g.is_match(s.as_ref())
-                || (s.len() > prefix.len()
-                    && s.starts_with(prefix.as_str())
-                    && s.as_bytes()[prefix.len()] == b'/')
+        g.is_match(s.as_ref())
+            || (s.len() > prefix.len()
+                && s.starts_with(prefix.as_str())
+                && s.as_bytes()[prefix.len()] == b'/')
+    }
+
+    /// The first pattern that matches none of the patches' paths (as git
+    /// says "pathspec did not match").
+    fn unmatched(&self, patches: &[&FilePatch]) -> Option<&str> {
+        self.0.iter().find_map(|pat| {
+            let hit = patches.iter().any(|p| {
+                Self::one(pat, &p.path) || p.from_path.as_ref().is_some_and(|f| Self::one(pat, f))
+            });
+            (!hit).then_some(pat.0.glob().glob())
         })
     }
 }
@@ -385,6 +580,8 @@ struct Virtual {
 #[derive(Default)]
 struct PathInfo {
     patches: Vec<String>,
+    /// Agent patches put back in (`--to` a checkpoint before a rollback).
+    redone: Vec<String>,
     merged: bool,
     conflict: Option<(&'static str, FilePatch)>,
     failed: Option<String>,
@@ -647,17 +844,22 @@ impl<'w> Planner<'w> {
     }
 
     /// Undoes one step: a patch, or a run of one path's patches that follow
-    /// each other (`ids`, newest first) taken as one net patch.
-    fn undo(&mut self, p: &FilePatch, ids: &[String]) -> Result<(), WorkspaceError> {
+    /// each other (`ids`, newest first) taken as one net patch. With `redo`,
+    /// `p` is reversed: undoing it puts the patches `ids` back.
+    fn undo(&mut self, p: &FilePatch, ids: &[String], redo: bool) -> Result<(), WorkspaceError> {
         if p.op == PatchOp::Rename
             && let Some(from) = &p.from_path
         {
-            return self.undo_rename(p, from);
+            return self.undo_rename(p, from, redo);
         }
         let rel = p.path.clone();
         self.load(&rel)?;
         let info = self.info.entry(rel.clone()).or_default();
-        info.patches.extend(ids.iter().cloned());
+        if redo {
+            info.redone.extend(ids.iter().cloned());
+        } else {
+            info.patches.extend(ids.iter().cloned());
+        }
         if info.conflict.is_some() || info.failed.is_some() {
             return Ok(());
         }
@@ -683,16 +885,22 @@ impl<'w> Planner<'w> {
         }
     }
 
-    fn undo_rename(&mut self, p: &FilePatch, from: &RelPath) -> Result<(), WorkspaceError> {
+    fn undo_rename(
+        &mut self,
+        p: &FilePatch,
+        from: &RelPath,
+        redo: bool,
+    ) -> Result<(), WorkspaceError> {
         let to = p.path.clone();
         self.load(&to)?;
         self.load(from)?;
         for r in [&to, from] {
-            self.info
-                .entry(r.clone())
-                .or_default()
-                .patches
-                .push(p.patch.clone());
+            let info = self.info.entry(r.clone()).or_default();
+            if redo {
+                info.redone.push(p.patch.clone());
+            } else {
+                info.patches.push(p.patch.clone());
+            }
         }
         let blocked = [&to, from].iter().any(|r| {
             let i = &self.info[*r];
@@ -753,14 +961,26 @@ fn plan(
     opts: &RollbackOptions,
     action: String,
 ) -> Result<RollbackReport, WorkspaceError> {
-    let (picked, calls) = select(records, &opts.selector)?;
+    let sel = select(records, &opts.selector)?;
     let filter = PathFilter::new(&opts.paths)?;
-    let picked: Vec<&FilePatch> = picked
-        .into_iter()
-        .filter(|p| {
-            filter.matches(&p.path) || p.from_path.as_ref().is_some_and(|f| filter.matches(f))
-        })
+    let keep = |p: &&FilePatch| {
+        filter.matches(&p.path) || p.from_path.as_ref().is_some_and(|f| filter.matches(f))
+    };
+    if let Some(pat) = filter.unmatched(&sel.touched) {
+        return Err(WorkspaceError::Refused(format!(
+            "`--path {pat}` matches no file the selection changed; run `ckpt status` or `ckpt log` to see the agent's files"
+        )));
+    }
+    let undo: Vec<&FilePatch> = sel.undo.iter().copied().filter(keep).collect();
+    let redo: Vec<FilePatch> = sel
+        .redo
+        .iter()
+        .rev()
+        .copied()
+        .filter(keep)
+        .map(reversed)
         .collect();
+    let redo: Vec<&FilePatch> = redo.iter().collect();
     let mut pl = Planner {
         ws,
         merge_max: cfg.merge_max_bytes,
@@ -768,9 +988,10 @@ fn plan(
         cur: HashMap::new(),
         info: BTreeMap::new(),
     };
-    let all_selected = matches!(opts.selector, Selector::To(_));
-    for (p, ids) in runs(&picked).iter().rev() {
-        let ambiguous = !all_selected && p.candidates.iter().any(|c| !calls.contains(c));
+    // Newest first: what came later is taken out first; then what must come
+    // back, oldest first (a reversed patch undone puts the patch back).
+    for (p, ids) in runs(&undo).iter().rev() {
+        let ambiguous = !sel.all_selected && p.candidates.iter().any(|c| !sel.calls.contains(c));
         if ambiguous {
             pl.load(&p.path)?;
             let info = pl.info.entry(p.path.clone()).or_default();
@@ -780,8 +1001,13 @@ fn plan(
             }
             continue;
         }
-        pl.undo(p, ids)?;
+        pl.undo(p, ids, false)?;
     }
+    for (p, ids) in runs(&redo).iter().rev() {
+        pl.undo(p, ids, true)?;
+    }
+    let calls = sel.calls;
+    let picked_len = undo.len() + redo.len();
     let mut files = Vec::new();
     let mut conflicts = Vec::new();
     for (rel, info) in &pl.info {
@@ -843,6 +1069,11 @@ fn plan(
             from: orig,
             to,
             patches: info.patches.clone(),
+            redone: info.redone.clone(),
+            renamed_to: match (&info.renamed, result) {
+                (Some((other, false)), FileResult::Deleted) => Some(other.clone()),
+                _ => None,
+            },
             conflict,
             note,
         });
@@ -863,8 +1094,19 @@ fn plan(
         dry_run: opts.dry_run,
         files,
         conflicts,
-        patches: picked.len(),
+        patches: picked_len,
         unrecorded,
+        undo_to: sel.undo_to,
+        redo_of: sel.redo_of,
+        named: sel.touched.iter().filter(|p| keep(p)).count(),
+        merged: pl
+            .cur
+            .iter()
+            .filter_map(|(k, v)| match &v.bytes {
+                Bytes::Loaded(b) if pl.info.contains_key(k) => Some((k.clone(), b.clone())),
+                _ => None,
+            })
+            .collect(),
     };
     if !opts.dry_run {
         store_contents(ws, &pl, &mut report)?;
@@ -910,6 +1152,27 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
         steps.push(((*p).clone(), vec![p.patch.clone()]));
     }
     steps
+}
+
+/// `p` the other way round: undoing it puts `p` back.
+fn reversed(p: &FilePatch) -> FilePatch {
+    let mut r = p.clone();
+    std::mem::swap(&mut r.before_hash, &mut r.after_hash);
+    std::mem::swap(&mut r.before_mode, &mut r.after_mode);
+    std::mem::swap(&mut r.before_perm, &mut r.after_perm);
+    std::mem::swap(&mut r.before_git, &mut r.after_git);
+    r.op = match p.op {
+        PatchOp::Create => PatchOp::Delete,
+        PatchOp::Delete => PatchOp::Create,
+        op => op,
+    };
+    if p.op == PatchOp::Rename
+        && let Some(from) = &p.from_path
+    {
+        r.path = from.clone();
+        r.from_path = Some(p.path.clone());
+    }
+    r
 }
 
 /// One line for a conflict's reason code.

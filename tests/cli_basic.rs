@@ -374,18 +374,23 @@ fn status_and_diff_show_the_agents_changes_only() {
     assert_eq!(s["user_edited"][0]["path"], "a.txt");
     assert_eq!(s["conflicts"], 0);
     assert_eq!(s["uncertain"], 0);
+    // The diff is what a rollback would take out now: a.txt, created by the
+    // agent and edited by the user since, would conflict, so it is named on
+    // stderr instead.
     let d = env.ckpt(&["diff"]);
     assert!(
-        d.stdout.contains("+agent") && d.stdout.contains("+second") && !d.stdout.contains("user"),
+        !d.stdout.contains("+agent") && d.stdout.contains("+second") && !d.stdout.contains("user"),
         "{}",
         d.stdout
     );
+    assert!(d.stderr.contains("a.txt: not shown"), "{}", d.stderr);
     let d = env.ckpt(&["diff", "--since", &cp]);
     assert!(
         !d.stdout.contains("+agent") && d.stdout.contains("+second"),
         "{}",
         d.stdout
     );
+    env.write("a.txt", b"agent\n");
     let d = env.ckpt(&["diff", "--call", "c1"]);
     assert!(d.stdout.contains("+agent") && !d.stdout.contains("+second"));
     assert_eq!(env.ckpt(&["diff", "--call", "nope"]).code, 1);

@@ -1,14 +1,23 @@
-use ckpt::record::{Body, PatchSource};
+//! `ckpt diff [--since CKPT | --call C]`: exactly what the matching rollback
+//! would take out of the tree now, one net diff per file (from the state the
+//! rollback would leave to the file as it is), computed by that rollback's
+//! dry run. Files where the rollback would conflict are named on stderr:
+//! their agent part cannot be told from the other edits in them.
 
-use super::error::{CommandError, OK};
+use ckpt::config::Config;
+use ckpt::patch::{Side, unified_diff};
+use ckpt::rollback::{self, FileResult, Selector};
+
+use super::error::{CommandError, ERROR, OK};
 use super::{Ctx, Ui};
 
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("scope").args(["since", "call"])))]
 pub struct Args {
-    /// Only the agent's changes after this checkpoint
+    /// Only what `ckpt rollback --to CKPT` would take out
     #[arg(long, value_name = "CKPT")]
     since: Option<String>,
-    /// Only this call's changes
+    /// Only what `ckpt rollback --call C` would take out
     #[arg(long, value_name = "C")]
     call: Option<String>,
 }
@@ -16,48 +25,78 @@ pub struct Args {
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let read = ws.read_ledger()?;
-    let since = match &args.since {
-        Some(id) => Some(
-            read.records
-                .iter()
-                .find_map(|r| match &r.body {
-                    Body::Checkpoint(c) if c.checkpoint == *id => Some(c.upto_seq),
-                    _ => None,
-                })
-                .ok_or_else(|| CommandError::from(ckpt::WorkspaceError::UnknownId(id.clone())))?,
-        ),
-        None => None,
+    let cfg =
+        Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
+    let selector = match (&args.since, &args.call) {
+        (Some(c), _) => Selector::To(c.clone()),
+        (_, Some(c)) => Selector::Call(c.clone()),
+        _ => Selector::Everything,
     };
-    if let Some(c) = &args.call
-        && !read
-            .records
-            .iter()
-            .any(|r| matches!(&r.body, Body::ToolCall(t) if t.call == *c))
-    {
-        return Err(ckpt::WorkspaceError::UnknownId(c.clone()).into());
-    }
+    let report = rollback::dry_plan(&ws, &cfg, &read.records, selector)?;
     let mut out = Vec::new();
-    let mut patches = Vec::new();
-    for r in &read.records {
-        let Body::FilePatch(p) = &r.body else {
-            continue;
-        };
-        if p.source == PatchSource::Rollback
-            || since.is_some_and(|s| r.seq <= s)
-            || args.call.as_ref().is_some_and(|c| *c != p.call)
-        {
+    let mut files = Vec::new();
+    let mut held = Vec::new();
+    for f in &report.files {
+        if !f.result.writes() {
+            if matches!(f.result, FileResult::Conflict | FileResult::Failed) {
+                held.push(f);
+            }
             continue;
         }
-        let d = ckpt::call::read_patch_artifact(&ws, &p.patch)?;
-        out.extend_from_slice(&d);
-        patches.push(
-            serde_json::json!({"patch": p.patch, "call": p.call, "path": p.path, "op": p.op}),
+        let now = match f.from.hash {
+            Some(_) => Some(
+                ckpt::writeback::observe(&ws, &f.path, u64::MAX)?
+                    .bytes
+                    .unwrap_or_default(),
+            ),
+            None => None,
+        };
+        let then = match f.to.hash {
+            Some(_) => match report.planned_bytes(&ws, f) {
+                Some(b) => Some(b),
+                None => {
+                    held.push(f);
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let d = unified_diff(
+            f.path.as_bytes(),
+            Side {
+                bytes: then.as_deref(),
+                mode: f.to.mode.as_deref(),
+                git_id: None,
+            },
+            Side {
+                bytes: now.as_deref(),
+                mode: f.from.mode.as_deref(),
+                git_id: None,
+            },
         );
+        out.extend_from_slice(&d);
+        files.push(serde_json::json!({"path": f.path, "rollback": f.result.as_str()}));
     }
     if ui.json {
-        ui.json(&serde_json::json!({"patches": patches, "diff": String::from_utf8_lossy(&out)}))?;
+        let held: Vec<_> = held
+            .iter()
+            .map(|f| serde_json::json!({"path": f.path, "rollback": f.result.as_str(), "note": f.note}))
+            .collect();
+        ui.json(&serde_json::json!({
+            "files": files,
+            "held": held,
+            "diff": String::from_utf8_lossy(&out),
+        }))?;
     } else {
         ui.diff(&out)?;
+    }
+    ui.flush()?;
+    for f in &held {
+        super::ui::note(&format!(
+            "note: {}: not shown, a rollback would not take it out now ({}); see `ckpt status`",
+            f.path.display(),
+            f.note.as_deref().unwrap_or(f.result.as_str())
+        ));
     }
     Ok(OK)
 }

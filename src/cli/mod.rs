@@ -69,6 +69,10 @@ enum Command {
     Diff(diff::Args),
     /// Undo the agent's changes, keeping everyone else's (three-way)
     Rollback(rollback::Args),
+    /// Step back one turn: undo the agent's changes since the newest checkpoint that has any in effect
+    Undo(rollback::StepArgs),
+    /// Re-apply what the newest `ckpt undo` took back
+    Redo(rollback::StepArgs),
     /// List the conflicts rollbacks raised
     Conflicts(conflicts::Args),
     /// Settle a conflict: keep your file, apply the agent's undo, or merge by hand
@@ -258,7 +262,7 @@ fn parse_hook_fast() -> Option<Cli> {
 /// is not a visible subcommand).
 fn one_subcommand(name: &str) -> Option<clap::Command> {
     type Augment = fn(clap::Command) -> clap::Command;
-    const ALL: [(&str, Augment); 17] = [
+    const ALL: [(&str, Augment); 19] = [
         ("init", init::Args::augment_args),
         ("checkpoint", checkpoint::Args::augment_args),
         ("log", log::Args::augment_args),
@@ -266,6 +270,8 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         ("status", status::Args::augment_args),
         ("diff", diff::Args::augment_args),
         ("rollback", rollback::Args::augment_args),
+        ("undo", rollback::StepArgs::augment_args),
+        ("redo", rollback::StepArgs::augment_args),
         ("conflicts", conflicts::Args::augment_args),
         ("resolve", resolve::Args::augment_args),
         ("session", session::Args::augment_args),
@@ -384,6 +390,8 @@ pub fn main() -> i32 {
         Command::Status(a) => status::run(&mut ui, &ctx, a),
         Command::Diff(a) => diff::run(&mut ui, &ctx, a),
         Command::Rollback(a) => rollback::run(&mut ui, &ctx, a),
+        Command::Undo(a) => rollback::run_undo(&mut ui, &ctx, a),
+        Command::Redo(a) => rollback::run_redo(&mut ui, &ctx, a),
         Command::Conflicts(a) => conflicts::run(&mut ui, &ctx, a),
         Command::Resolve(a) => resolve::run(&mut ui, &ctx, a),
         Command::Session(a) => session::run(&mut ui, &ctx, a),

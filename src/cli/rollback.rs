@@ -35,6 +35,22 @@ pub struct Args {
     dry_run: bool,
 }
 
+/// `ckpt undo` / `ckpt redo`.
+#[derive(clap::Args, Debug)]
+pub struct StepArgs {
+    /// Print the plan; write nothing
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub fn run_undo(ui: &mut Ui, ctx: &Ctx, args: &StepArgs) -> Result<i32, CommandError> {
+    execute(ui, ctx, Selector::Undo, &[], args.dry_run)
+}
+
+pub fn run_redo(ui: &mut Ui, ctx: &Ctx, args: &StepArgs) -> Result<i32, CommandError> {
+    execute(ui, ctx, Selector::Redo, &[], args.dry_run)
+}
+
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let selector = if let Some(c) = &args.to {
         Selector::To(c.clone())
@@ -51,23 +67,52 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             "say what to roll back: --to CKPT, --call C, --session S, --last N or --action A",
         ));
     };
+    execute(ui, ctx, selector, &args.paths, args.dry_run)
+}
+
+fn execute(
+    ui: &mut Ui,
+    ctx: &Ctx,
+    selector: Selector,
+    paths: &[String],
+    dry_run: bool,
+) -> Result<i32, CommandError> {
     // A dry run writes nothing, not even to finish an interrupted rollback.
-    let ws = if args.dry_run {
+    let ws = if dry_run {
         ctx.open_read_only()?
     } else {
         ctx.open()?
     };
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
+    let step = matches!(selector, Selector::Undo | Selector::Redo);
     let report = rollback::rollback(
         &ws,
         &cfg,
         &RollbackOptions {
-            selector,
-            paths: args.paths.clone(),
-            dry_run: args.dry_run,
+            selector: selector.clone(),
+            paths: paths.to_vec(),
+            dry_run,
         },
     )?;
+    if step && report.files.is_empty() {
+        let what = if selector == Selector::Undo {
+            "undo"
+        } else {
+            "redo"
+        };
+        if ui.json {
+            ui.json(
+                &json!({"action": null, "dry_run": dry_run, "patches": 0, "files": [],
+                            "conflicts": [], "unrecorded": [], what: null}),
+            )?;
+        } else if selector == Selector::Undo {
+            ui.line("nothing to undo: no agent change is in effect")?;
+        } else {
+            ui.line("nothing to redo: no `ckpt undo` is in effect")?;
+        }
+        return Ok(OK);
+    }
     render(ui, &report)?;
     Ok(if report.incomplete() {
         // On stderr in both modes: with `--json` the document says which.
@@ -109,7 +154,12 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             .map(|f| {
                 let mut o =
                     json!({"path": f.path, "result": f.result.as_str(), "patches": f.patches});
-                if let Some(c) = &f.conflict {
+                if !f.redone.is_empty() {
+                    o["redone"] = json!(f.redone);
+                }
+                if let Some(c) = &f.conflict
+                    && !report.dry_run
+                {
                     o["conflict"] = json!(c);
                 }
                 if let Some(n) = &f.note {
@@ -122,7 +172,9 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             .conflicts
             .iter()
             .map(|c| {
-                json!({"conflict": c.conflict, "path": c.path, "expected_hash": c.expected_hash,
+                // A dry run raises no conflict: it has no id to show.
+                let id = (!report.dry_run).then_some(&c.conflict);
+                json!({"conflict": id, "path": c.path, "expected_hash": c.expected_hash,
                        "actual_hash": c.actual_hash, "reason": c.reason})
             })
             .collect();
@@ -131,14 +183,26 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             .iter()
             .map(|(call, u)| json!({"call": call, "path": u.path, "reason": u.reason, "size": u.size}))
             .collect();
-        ui.json(&json!({
-            "action": report.action,
+        let mut doc = json!({
+            "action": if report.dry_run { None } else { Some(&report.action) },
             "dry_run": report.dry_run,
             "patches": report.patches,
             "files": files,
             "conflicts": conflicts,
             "unrecorded": unrecorded,
-        }))?;
+        });
+        if let Some(to) = &report.undo_to {
+            doc["undo"] = json!({"checkpoint": to});
+        }
+        if let Some(a) = &report.redo_of {
+            doc["redo"] = json!({"action": a});
+        }
+        ui.json(&doc)?;
+        return Ok(());
+    }
+    if report.files.is_empty() && report.named > 0 {
+        ui.line("nothing to roll back: every change of the selection is taken out already")?;
+        render_unrecorded(ui, report)?;
         return Ok(());
     }
     if report.files.is_empty() {
@@ -162,6 +226,12 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
         )
     };
     ui.line(&head)?;
+    match (&report.undo_to, &report.redo_of) {
+        (Some(Some(c)), _) => ui.line(&format!("undo: back to checkpoint {c}"))?,
+        (Some(None), _) => ui.line("undo: back to before the first recorded change")?,
+        (_, Some(a)) => ui.line(&format!("redo: takes back undo {a}"))?,
+        _ => {}
+    }
     let width = report
         .files
         .iter()
@@ -179,7 +249,9 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             FileResult::Raced | FileResult::Failed => "31",
         };
         let mut note = f.note.clone().unwrap_or_default();
-        if let Some(c) = &f.conflict {
+        if let Some(c) = &f.conflict
+            && !report.dry_run
+        {
             note = format!("{note} → ckpt show {c}");
         }
         let line = format!(
@@ -191,7 +263,14 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
         ui.line(line.trim_end())?;
     }
     render_unrecorded(ui, report)?;
-    if !report.conflicts.is_empty() {
+    if !report.conflicts.is_empty() && report.dry_run {
+        let n = report.conflicts.len();
+        ui.line(&format!(
+            "{n} file{} would conflict and be left exactly as you have {}",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "them" }
+        ))?;
+    } else if !report.conflicts.is_empty() {
         let n = report.conflicts.len();
         ui.line(&format!(
             "{n} conflict{}: left exactly as you have {}; settle with `ckpt resolve CONFLICT --keep-user | --apply-agent | --manual`",
@@ -199,7 +278,9 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             if n == 1 { "it" } else { "them" }
         ))?;
     }
-    if !report.incomplete() && !report.dry_run && changed > 0 {
+    if !report.incomplete() && !report.dry_run && changed > 0 && report.undo_to.is_some() {
+        ui.line("take this undo back with: ckpt redo")?;
+    } else if !report.incomplete() && !report.dry_run && changed > 0 {
         ui.line(&format!(
             "undo this rollback with: ckpt rollback --action {}",
             report.action

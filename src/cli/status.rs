@@ -1,27 +1,52 @@
-use std::collections::BTreeMap;
+//! `ckpt status`: what of the agent's work is in the working tree now.
+//!
+//! The agent's files are the plan of taking every agent change still in
+//! effect out of the tree (a dry run, nothing written): a file listed is one
+//! that rollback would change now, with a git-style letter for what the
+//! agent did to it (`M` changed, `A` added, `D` deleted, `R` renamed), and
+//! whether someone else's edits are in it too (kept by a rollback, or in
+//! the way of one: a conflict). Files an undo already restored are not
+//! listed, and are not "changed by someone else".
 
-use ckpt::record::{Body, CallStatus, PatchSource, Resolution};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::error::{CommandError, OK};
+use ckpt::config::Config;
+use ckpt::record::{Body, CallStatus, Resolution};
+use ckpt::rollback::{self, FileResult, PlannedFile, RollbackReport, Selector};
+
+use super::error::{CommandError, ERROR, OK};
 use super::{Ctx, Ui};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {}
 
+/// The letter for what the agent did to `f`'s path, as the rollback would
+/// take it back (for a conflict, from the conflict's base and agent sides).
+fn letter(f: &PlannedFile, report: &RollbackReport) -> &'static str {
+    let conflict = report.conflicts.iter().find(|c| c.path == f.path);
+    match (f.result, conflict) {
+        (FileResult::Deleted, _) if f.renamed_to.is_some() => "R",
+        (FileResult::Deleted, _) => "A",
+        (FileResult::Recreated, _) => "D",
+        (FileResult::Conflict, Some(c)) if c.base_ref.is_none() => "A",
+        (FileResult::Conflict, Some(c)) if c.agent_ref.is_none() => "D",
+        _ => "M",
+    }
+}
+
 pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let read = ws.read_ledger()?;
-    // path → (last agent after-hash, call)
-    let mut agent: BTreeMap<ckpt::RelPath, (Option<ckpt::ContentHash>, String)> = BTreeMap::new();
+    let cfg =
+        Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
+    let report = rollback::dry_plan(&ws, &cfg, &read.records, Selector::Everything)?;
+    let mut call_of: HashMap<&str, &str> = HashMap::new();
     let mut calls: BTreeMap<String, (String, CallStatus)> = BTreeMap::new();
     let mut conflicts: BTreeMap<String, Resolution> = BTreeMap::new();
     for r in &read.records {
         match &r.body {
-            Body::FilePatch(p) if p.source != PatchSource::Rollback => {
-                if let Some(f) = &p.from_path {
-                    agent.insert(f.clone(), (None, p.call.clone()));
-                }
-                agent.insert(p.path.clone(), (p.after_hash, p.call.clone()));
+            Body::FilePatch(p) => {
+                call_of.insert(&p.patch, &p.call);
             }
             Body::ToolCall(c) => {
                 calls.insert(c.call.clone(), (c.tool.clone(), c.status));
@@ -32,19 +57,47 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             _ => {}
         }
     }
+    // The other half of an undone rename is shown on the `R` line.
+    let rename_sources: BTreeSet<&ckpt::RelPath> = report
+        .files
+        .iter()
+        .filter_map(|f| f.renamed_to.as_ref())
+        .collect();
     let mut agent_files = Vec::new();
     let mut user_edited = Vec::new();
-    for (path, (after, call)) in &agent {
-        // Read-only: status never writes into the store.
-        let now = ckpt::writeback::observe(&ws, path, 0)
-            .map(|o| o.state.hash)
-            .unwrap_or(None);
-        let changed = now != *after;
-        agent_files.push(serde_json::json!({"path": path, "call": call, "changed_since": changed}));
-        if changed {
-            user_edited
-                .push(serde_json::json!({"path": path, "agent_hash": after, "current_hash": now}));
+    for f in &report.files {
+        if f.result == FileResult::Unchanged
+            || (f.result == FileResult::Recreated && rename_sources.contains(&f.path))
+        {
+            continue;
         }
+        let mut by: Vec<&str> = f
+            .patches
+            .iter()
+            .filter_map(|p| call_of.get(p.as_str()).copied())
+            .collect();
+        by.reverse();
+        by.dedup();
+        let theirs = matches!(f.result, FileResult::Merged | FileResult::Conflict);
+        let mut o = serde_json::json!({
+            "path": f.path,
+            "status": letter(f, &report),
+            "calls": by,
+            "user_edited": theirs,
+            "rollback": f.result.as_str(),
+        });
+        if let Some(to) = &f.renamed_to {
+            o["renamed_from"] = serde_json::json!(to);
+        }
+        if let Some(n) = &f.note {
+            o["note"] = serde_json::json!(n);
+        }
+        if theirs {
+            user_edited.push(serde_json::json!({
+                "path": f.path, "current_hash": f.from.hash, "conflict": f.result == FileResult::Conflict,
+            }));
+        }
+        agent_files.push(o);
     }
     let open_conflicts = conflicts
         .values()
@@ -71,27 +124,34 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         return Ok(OK);
     }
     if agent_files.is_empty() {
-        ui.line("the agent has changed no files")?;
+        ui.line("no agent change is in the working tree")?;
     } else {
-        ui.line(&format!("files the agent changed ({}):", agent_files.len()))?;
+        ui.line(&format!(
+            "the agent's changes in the working tree ({} file{}):",
+            agent_files.len(),
+            if agent_files.len() == 1 { "" } else { "s" }
+        ))?;
         for f in &agent_files {
-            let mark = if f["changed_since"] == true {
-                "  (changed since by someone else)"
-            } else {
-                ""
+            let path = match f.get("renamed_from").and_then(|v| v.as_str()) {
+                Some(from) => format!("{from} -> {}", f["path"].as_str().unwrap_or("")),
+                None => f["path"].as_str().unwrap_or("").to_string(),
+            };
+            let calls: Vec<&str> = f["calls"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
+                .unwrap_or_default();
+            let mark = match f["rollback"].as_str() {
+                Some("merged") => "  (with your edits, which a rollback keeps)",
+                Some("conflict") => "  (your edits overlap the agent's: a rollback would conflict)",
+                Some("failed") => "  (a rollback could not take this back now)",
+                _ => "",
             };
             ui.line(&format!(
-                "  {}  by {}{mark}",
-                f["path"].as_str().unwrap_or(""),
-                f["call"].as_str().unwrap_or("")
+                "  {}  {path}  by {}{mark}",
+                f["status"].as_str().unwrap_or("?"),
+                calls.join(", ")
             ))?;
         }
-    }
-    if !user_edited.is_empty() {
-        ui.line(&format!(
-            "{} of them changed since the agent wrote them; a rollback keeps those edits",
-            user_edited.len()
-        ))?;
     }
     ui.line(&format!("open conflicts: {open_conflicts}"))?;
     if in_doubt.is_empty() {
