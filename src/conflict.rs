@@ -145,6 +145,8 @@ pub fn resolve(
                 patches: c.patches.clone(),
                 redone: Vec::new(),
                 renamed_to: None,
+                dirs_since: None,
+                dirs_removed: Vec::new(),
                 conflict: Some(id.to_string()),
                 note: None,
             }],

@@ -106,6 +106,40 @@ pub fn rfc3339(unix_ms: u64) -> String {
     )
 }
 
+/// Parses what [`rfc3339`] writes (`YYYY-MM-DDTHH:MM:SS[.mmm]Z`) back into
+/// Unix milliseconds; `None` for anything else.
+pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || *b.last()? != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let ms = match &s[19..s.len() - 1] {
+        "" => 0,
+        f if f.len() == 4 && f.starts_with('.') => f[1..].parse().ok()?,
+        _ => return None,
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, m as u32, d as u32);
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    u64::try_from(secs * 1000 + ms).ok()
+}
+
+// Howard Hinnant's civil-to-days algorithm.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 // Howard Hinnant's days-to-civil algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -128,6 +162,21 @@ mod tests {
     fn formats_known_instants() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_796_000_000_123), "2026-11-30T00:53:20.123Z");
+        for ms in [0, 1_796_000_000_123, 951_782_400_999, 4_102_444_800_000] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-30T00:53:20Z"),
+            Some(1_796_000_000_000)
+        );
+        for bad in [
+            "",
+            "2026-11-30",
+            "2026-13-30T00:53:20.123Z",
+            "2026-11-30T00:53:20.1Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 

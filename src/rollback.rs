@@ -166,6 +166,14 @@ pub struct PlannedFile {
     /// moves it back to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renamed_to: Option<RelPath>,
+    /// For a file the agent created (or renamed here): when its call
+    /// started. Directories on its way born since then are removed with it
+    /// once empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirs_since: Option<String>,
+    /// The directories removed with the file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs_removed: Vec<RelPath>,
     /// The conflict raised for this file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
@@ -1074,9 +1082,33 @@ fn plan(
                 (Some((other, false)), FileResult::Deleted) => Some(other.clone()),
                 _ => None,
             },
+            dirs_since: None,
+            dirs_removed: Vec::new(),
             conflict,
             note,
         });
+    }
+    // A file the agent created goes with the directories made for it: when
+    // did the call that created it start?
+    let mut by_id: HashMap<&str, &FilePatch> = HashMap::new();
+    for p in undo.iter().copied() {
+        by_id.insert(&p.patch, p);
+    }
+    let mut started: HashMap<&str, &str> = HashMap::new();
+    for r in records {
+        if let Body::ToolCall(t) = &r.body {
+            started.entry(&t.call).or_insert(&r.ts);
+        }
+    }
+    for f in files.iter_mut().filter(|f| f.result == FileResult::Deleted) {
+        f.dirs_since = f
+            .patches
+            .iter()
+            .filter_map(|id| by_id.get(id.as_str()))
+            .filter(|p| p.before_hash.is_none() || p.op == PatchOp::Rename)
+            .filter_map(|p| started.get(p.call.as_str()))
+            .min()
+            .map(|s| s.to_string());
     }
     // Merged contents are new: keep them for the write (stored at run time).
     // What the selected calls changed but could not record (F47).
@@ -1108,7 +1140,9 @@ fn plan(
             })
             .collect(),
     };
-    if !opts.dry_run {
+    if opts.dry_run {
+        check_contents(ws, &pl, &mut report);
+    } else {
         store_contents(ws, &pl, &mut report)?;
     }
     Ok(report)
@@ -1198,6 +1232,33 @@ pub fn conflict_reason_text(reason: &str) -> &'static str {
             "a call was cut short and the file is neither as before nor as the call would leave it"
         }
         _ => "the undo could not be merged",
+    }
+}
+
+/// What a dry run can tell of the run without writing: a file whose content
+/// to restore is not in the store, or whose directory this process cannot
+/// write, would fail.
+fn check_contents(ws: &Workspace, pl: &Planner<'_>, report: &mut RollbackReport) {
+    for f in report.files.iter_mut().filter(|f| f.result.writes()) {
+        let missing = f.to.hash.filter(|h| {
+            !ws.blobs().contains(h)
+                && !matches!(&pl.cur[&f.path].bytes, Bytes::Loaded(b) if ContentHash::of(b) == *h)
+        });
+        let why = if let Some(h) = missing {
+            Some(format!(
+                "the content to restore ({}) was never stored (file too large when it was captured?); left as it is",
+                h.short()
+            ))
+        } else {
+            writeback::check_writable(ws, &f.path)
+                .err()
+                .map(|e| crate::error_line(&e))
+        };
+        if let Some(note) = why {
+            f.result = FileResult::Failed;
+            f.note = Some(note);
+            f.to = f.from.clone();
+        }
     }
 }
 
@@ -1380,6 +1441,12 @@ fn execute_and_end(
                 Ok(Written::Done) | Ok(Written::AlreadyThere) => {
                     drafts.extend(patch);
                     written.push((f.path.clone(), after));
+                    if f.result == FileResult::Deleted
+                        && let Some(since) =
+                            f.dirs_since.as_deref().and_then(crate::ids::parse_rfc3339)
+                    {
+                        f.dirs_removed = writeback::remove_new_empty_dirs(ws, &f.path, since);
+                    }
                 }
                 Ok(Written::Raced(now)) => {
                     f.result = FileResult::Raced;
@@ -1415,6 +1482,9 @@ fn execute_and_end(
             let mut o = json!({"path": f.path, "result": f.result});
             if let Some(n) = &f.note {
                 o["note"] = json!(n);
+            }
+            if !f.dirs_removed.is_empty() {
+                o["dirs_removed"] = json!(f.dirs_removed);
             }
             o
         })

@@ -318,6 +318,88 @@ pub fn prepare(
     Ok(Some(p))
 }
 
+/// Removes the directories on the way to `rel` (deepest first, never the
+/// workspace root) that are empty and were born at or after `since_ms`
+/// (Unix ms; their `statx` birth time, less the coarse clock's lag): the
+/// directories the agent made for a file a rollback just removed. Stops at
+/// the first one that is not empty, older, or whose birth time this file
+/// system does not keep. Returns those removed.
+pub fn remove_new_empty_dirs(ws: &Workspace, rel: &RelPath, since_ms: u64) -> Vec<RelPath> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    // The file system's clock may lag the system clock by a tick or two.
+    const SLACK_MS: u64 = 20;
+    let mut removed = Vec::new();
+    let mut cur = rel.split_parent().0;
+    while let Some(dir) = cur {
+        let (up, name) = match dir.iter().rposition(|&b| b == b'/') {
+            Some(i) => (Some(&dir[..i]), &dir[i + 1..]),
+            None => (None, dir),
+        };
+        let Ok(parent) = ws.files().open_dir_beneath(up.unwrap_or(b"")) else {
+            break;
+        };
+        let Ok(name) = std::ffi::CString::new(name) else {
+            break;
+        };
+        let Ok(st) = rustix::fs::statx(
+            &parent,
+            name.as_c_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::TYPE | StatxFlags::BTIME,
+        ) else {
+            break;
+        };
+        let is_dir = u32::from(st.stx_mode) & 0o170000 == 0o040000;
+        let born_ms = (st.stx_btime.tv_sec.max(0) as u64) * 1000
+            + u64::from(st.stx_btime.tv_nsec) / 1_000_000;
+        if !is_dir
+            || !StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME)
+            || born_ms + SLACK_MS < since_ms
+        {
+            break;
+        }
+        if rustix::fs::unlinkat(&parent, name.as_c_str(), AtFlags::REMOVEDIR).is_err() {
+            break;
+        }
+        if let Ok(r) = RelPath::from_ledger(dir) {
+            removed.push(r);
+        }
+        cur = up;
+    }
+    removed
+}
+
+/// Whether [`prepare`] and [`commit`] could write `rel` now: the nearest
+/// existing directory on its way must let this process create and remove
+/// names (a dry run asks, so that it says what the real run would do).
+pub fn check_writable(ws: &Workspace, rel: &RelPath) -> Result<(), WorkspaceError> {
+    let (mut parent, _) = rel.split_parent();
+    loop {
+        let here = parent.unwrap_or(b"");
+        match ws.files().open_dir_beneath(here) {
+            Ok(d) => {
+                return rustix::fs::accessat(
+                    &d,
+                    ".",
+                    rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+                    rustix::fs::AtFlags::empty(),
+                )
+                .map_err(|e| {
+                    io_err(
+                        "write into the directory of",
+                        rel,
+                        io::Error::from_raw_os_error(e.raw_os_error()),
+                    )
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !here.is_empty() => {
+                parent = here.iter().rposition(|&b| b == b'/').map(|i| &here[..i]);
+            }
+            Err(e) => return Err(io_err("open the directory of", rel, e)),
+        }
+    }
+}
+
 /// Step 2: checks that the path still holds `expect` (or already holds
 /// `target`), re-`stat`s it, and renames the prepared content over it (or
 /// unlinks it); anything that moved is [`Written::Raced`] and nothing is

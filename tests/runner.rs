@@ -14,6 +14,7 @@ mod merge_vs_git;
 mod path_corpus;
 mod recover;
 mod rollback;
+mod rollback_compose;
 mod rollback_props;
 mod secrets;
 mod session;

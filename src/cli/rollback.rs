@@ -114,7 +114,12 @@ fn execute(
         return Ok(OK);
     }
     render(ui, &report)?;
-    Ok(if report.incomplete() {
+    Ok(if report.incomplete() && dry_run {
+        super::ui::note(
+            "error: the rollback could not write some files now (result `failed`, the reason beside each); fix that before running it",
+        );
+        ERROR
+    } else if report.incomplete() {
         // On stderr in both modes: with `--json` the document says which.
         super::ui::note(
             "error: some files were not rolled back (result `failed` or `raced`); each is left whole as it was, and the rollback is recorded; once the cause is fixed, run the same rollback again to finish them",
@@ -156,6 +161,9 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
                     json!({"path": f.path, "result": f.result.as_str(), "patches": f.patches});
                 if !f.redone.is_empty() {
                     o["redone"] = json!(f.redone);
+                }
+                if !f.dirs_removed.is_empty() {
+                    o["dirs_removed"] = json!(f.dirs_removed);
                 }
                 if let Some(c) = &f.conflict
                     && !report.dry_run
@@ -249,6 +257,15 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
             FileResult::Raced | FileResult::Failed => "31",
         };
         let mut note = f.note.clone().unwrap_or_default();
+        if !f.dirs_removed.is_empty() {
+            let dirs: Vec<_> = f.dirs_removed.iter().map(|d| d.display()).collect();
+            note = format!(
+                "{note} (with the directories made for it: {})",
+                dirs.join(", ")
+            )
+            .trim_start()
+            .to_string();
+        }
         if let Some(c) = &f.conflict
             && !report.dry_run
         {
