@@ -156,6 +156,7 @@ pub fn resolve(
             undo_to: None,
             redo_of: None,
             named: 0,
+            git: None,
             merged: Default::default(),
         };
         // The conflict's new state goes into the same append as the action's

@@ -699,3 +699,65 @@ mod tests {
         assert_eq!(got, None);
     }
 }
+
+/// What moved in git under a rollback: HEAD since the reference checkpoint,
+/// and index entries of the paths the rollback wrote that stage neither
+/// the file as it is now nor the reference commit's version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// HEAD at the checkpoint and now, when they differ.
+    pub head: Option<(Option<String>, Option<String>)>,
+    /// Workspace paths whose index entry stages something else.
+    pub staged: Vec<crate::paths::RelPath>,
+}
+
+/// Compares the repository the workspace at `root` lies in with `was` (a
+/// checkpoint's git state) for the `written` paths. Read-only: ckpt never
+/// writes `.git/`. `None` outside a git work tree.
+pub fn moved_since(
+    root: &Path,
+    was: &GitState,
+    written: &[crate::paths::RelPath],
+    file_id: &dyn Fn(&crate::paths::RelPath) -> Option<String>,
+) -> Option<Moved> {
+    use std::os::unix::ffi::OsStrExt;
+    let (repo, inner) = open_containing(root)?;
+    let now = repo
+        .head()
+        .ok()
+        .and_then(|h| h.target())
+        .map(|o| o.to_string());
+    let mut out = Moved::default();
+    if now != was.head {
+        out.head = Some((was.head.clone(), now));
+    }
+    let tree = was
+        .head
+        .as_deref()
+        .and_then(|h| git2::Oid::from_str(h).ok())
+        .and_then(|o| repo.find_commit(o).ok())
+        .and_then(|c| c.tree().ok());
+    let index = repo.index().ok()?;
+    for rel in written {
+        let mut key = inner.clone();
+        key.extend_from_slice(rel.as_bytes());
+        let staged = index.get_path(Path::new(std::ffi::OsStr::from_bytes(&key)), 0);
+        let committed = tree
+            .as_ref()
+            .and_then(|t| {
+                t.get_path(Path::new(std::ffi::OsStr::from_bytes(&key)))
+                    .ok()
+            })
+            .map(|e| e.id());
+        let staged_id = staged.as_ref().map(|e| e.id);
+        if staged_id == committed {
+            continue;
+        }
+        // Staging the file as it is now is the user's business.
+        if staged_id.map(|o| o.to_string()) == file_id(rel) {
+            continue;
+        }
+        out.staged.push(rel.clone());
+    }
+    Some(out)
+}

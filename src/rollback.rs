@@ -206,6 +206,9 @@ pub struct RollbackReport {
     /// How many patches the selector names, in effect or not (more than
     /// `patches` when some were taken out already).
     pub named: usize,
+    /// What moved in git that the rollback did not put back (ckpt never
+    /// writes `.git/`): the checkpoint compared with, and what moved.
+    pub git: Option<(String, crate::git::Moved)>,
     /// Contents the plan computed (merges), by path.
     pub(crate) merged: HashMap<RelPath, Rc<Vec<u8>>>,
 }
@@ -284,7 +287,58 @@ pub(crate) fn rollback_locked(
     }
     let target = opts.selector.target(&report);
     run_plan(ws, &mut report, target)?;
+    report.git = git_moved(ws, &read.records, &opts.selector, &report);
     Ok(report)
+}
+
+/// git's HEAD and index compared with the checkpoint the rollback went back
+/// to (`--to`, `undo`), or the newest one before the first change it undid,
+/// for the files it wrote. `None` when nothing moved, nothing was written,
+/// or there is no git state to compare with.
+fn git_moved(
+    ws: &Workspace,
+    records: &[Record],
+    sel: &Selector,
+    report: &RollbackReport,
+) -> Option<(String, crate::git::Moved)> {
+    let written: Vec<RelPath> = report
+        .files
+        .iter()
+        .filter(|f| f.result.writes())
+        .map(|f| f.path.clone())
+        .collect();
+    if written.is_empty() {
+        return None;
+    }
+    let ids: HashMap<&str, u64> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::FilePatch(p) => Some((p.patch.as_str(), r.seq)),
+            _ => None,
+        })
+        .collect();
+    let first = report
+        .files
+        .iter()
+        .flat_map(|f| f.patches.iter().chain(&f.redone))
+        .filter_map(|id| ids.get(id.as_str()).copied())
+        .min()?;
+    let wanted = match (sel, &report.undo_to) {
+        (Selector::To(c), _) | (_, Some(Some(c))) => Some(c.as_str()),
+        _ => None,
+    };
+    let (id, state) = records.iter().rev().find_map(|r| match &r.body {
+        Body::Checkpoint(c) if wanted.map_or(c.upto_seq < first, |w| w == c.checkpoint) => {
+            Some((c.checkpoint.clone(), c.git.clone()?))
+        }
+        _ => None,
+    })?;
+    let file_id = |rel: &RelPath| {
+        let f = report.files.iter().find(|f| f.path == *rel)?;
+        report.planned_bytes(ws, f).map(|b| crate::git::blob_id(&b))
+    };
+    let moved = crate::git::moved_since(ws.root(), &state, &written, &file_id)?;
+    (moved.head.is_some() || !moved.staged.is_empty()).then_some((id, moved))
 }
 
 fn refuse_damaged(read: &crate::LedgerRead) -> Result<(), WorkspaceError> {
@@ -1131,6 +1185,7 @@ fn plan(
         undo_to: sel.undo_to,
         redo_of: sel.redo_of,
         named: sel.touched.iter().filter(|p| keep(p)).count(),
+        git: None,
         merged: pl
             .cur
             .iter()

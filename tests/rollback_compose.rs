@@ -542,3 +542,55 @@ fn directories_the_agent_made_go_with_its_files_and_come_back_with_a_redo() {
     assert_eq!(read(&env, "keep/sub/s.txt"), "s\n");
     verify_ok(&env);
 }
+
+// ------------------------------------------------------------ item 8
+
+#[test]
+fn git_moved_under_the_rollback_is_named_with_the_commands_that_finish_the_job() {
+    let env = repo(&[("a.txt", "a\n"), ("f.txt", &seq20())]);
+    let head0 = git(&env, &["rev-parse", "HEAD"]).trim().to_string();
+    let c0 = checkpoint(&env);
+    exec(
+        &env,
+        "git mv a.txt b.txt && sed -i s/^3$/three/ f.txt && git add f.txt && git -c user.name=a -c user.email=a@b commit -qm agent",
+    );
+    exec(&env, "echo staged > s.txt && git add s.txt");
+    let git_dir = || crate::common::walk_modes(&env.ws.join(".git"));
+    let before = git_dir();
+    let (code, v) = ckj(&env, &["rollback", "--to", &c0]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(git_dir(), before, "ckpt never writes .git/");
+    assert_eq!(read(&env, "a.txt"), "a\n");
+    assert!(!env.ws.join("b.txt").exists() && !env.ws.join("s.txt").exists());
+    let g = &v["git"];
+    assert_eq!(g["head_was"], head0.as_str(), "{v:#}");
+    let staged: Vec<&str> = g["staged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(staged, ["a.txt", "b.txt", "f.txt", "s.txt"], "{v:#}");
+    // The commands it prints finish the job: git is back where it was.
+    for c in g["commands"].as_array().unwrap() {
+        let c = c.as_str().unwrap();
+        let args: Vec<&str> = c.split(' ').skip(1).collect();
+        git(&env, &args);
+    }
+    assert_eq!(git(&env, &["rev-parse", "HEAD"]).trim(), head0);
+    assert_eq!(git(&env, &["status", "--porcelain"]), "", "clean again");
+    // The human output says it too.
+    let env2 = repo(&[("a.txt", "a\n")]);
+    let c0 = checkpoint(&env2);
+    exec(
+        &env2,
+        "echo b >> a.txt && git -c user.name=a -c user.email=a@b commit -qam agent",
+    );
+    let r = ck(&env2, &["rollback", "--to", &c0]);
+    assert!(
+        r.stdout.contains("HEAD moved since checkpoint"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("git reset --soft"), "{}", r.stdout);
+}

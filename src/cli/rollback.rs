@@ -151,6 +151,31 @@ fn render_unrecorded(ui: &mut Ui, report: &RollbackReport) -> Result<(), Command
     Ok(())
 }
 
+/// The git commands that would put HEAD and the index where the rollback
+/// put the files (run from the workspace root).
+fn git_commands(m: &ckpt::git::Moved) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some((Some(was), _)) = &m.head {
+        v.push(format!("git reset --soft {was}"));
+    }
+    if !m.staged.is_empty() {
+        let paths: Vec<String> = m.staged.iter().map(|p| shell_word(&p.display())).collect();
+        v.push(format!("git restore --staged -- {}", paths.join(" ")));
+    }
+    v
+}
+
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./+,:@".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> {
     if ui.json {
         let files: Vec<_> = report
@@ -201,6 +226,15 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
         });
         if let Some(to) = &report.undo_to {
             doc["undo"] = json!({"checkpoint": to});
+        }
+        if let Some((ck, m)) = &report.git {
+            doc["git"] = json!({
+                "checkpoint": ck,
+                "head_was": m.head.as_ref().map(|h| &h.0),
+                "head_now": m.head.as_ref().map(|h| &h.1),
+                "staged": m.staged,
+                "commands": git_commands(m),
+            });
         }
         if let Some(a) = &report.redo_of {
             doc["redo"] = json!({"action": a});
@@ -280,6 +314,32 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
         ui.line(line.trim_end())?;
     }
     render_unrecorded(ui, report)?;
+    if let Some((ck, m)) = &report.git {
+        let short = |h: &Option<String>| {
+            h.as_deref()
+                .map(|h| h[..h.len().min(12)].to_string())
+                .unwrap_or_else(|| "no commit".into())
+        };
+        if let Some((was, now)) = &m.head {
+            ui.line(&format!(
+                "{}: HEAD moved since checkpoint {ck} (was {}, now {}); ckpt never writes .git/",
+                ui.paint("33", "git"),
+                short(was),
+                short(now)
+            ))?;
+        }
+        if !m.staged.is_empty() {
+            let paths: Vec<_> = m.staged.iter().map(|p| p.display()).collect();
+            ui.line(&format!(
+                "{}: the index still stages other versions of {}",
+                ui.paint("33", "git"),
+                paths.join(", ")
+            ))?;
+        }
+        for c in git_commands(m) {
+            ui.line(&format!("  to finish the job in git: {c}"))?;
+        }
+    }
     if !report.conflicts.is_empty() && report.dry_run {
         let n = report.conflicts.len();
         ui.line(&format!(
