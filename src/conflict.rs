@@ -143,7 +143,7 @@ pub fn resolve(
                 from: now.clone(),
                 to,
                 patches: c.patches.clone(),
-                redone: Vec::new(),
+                redone: c.redone.clone(),
                 renamed_to: None,
                 dirs_since: None,
                 dirs_removed: Vec::new(),

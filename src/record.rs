@@ -557,6 +557,10 @@ pub struct ConflictRecord {
     /// The agent patches the conflict holds back, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patches: Vec<String>,
+    /// The agent patches it held back from being put back in (a `--to`
+    /// before a later rollback).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redone: Vec<String>,
     /// git-style modes of base, agent and current (`None`: absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_mode: Option<String>,

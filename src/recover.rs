@@ -496,6 +496,7 @@ fn raise_diverged(
         resolution: Resolution::Pending,
         reason: Some("uncertain_call_diverged".into()),
         patches: Vec::new(),
+        redone: Vec::new(),
         base_mode: b.hash.and(b.mode.clone()),
         agent_mode: None,
         current_mode: obs.state.mode.clone(),

@@ -1092,6 +1092,7 @@ fn plan(
                 resolution: Resolution::Pending,
                 reason: Some(reason.to_string()),
                 patches: info.patches.clone(),
+                redone: info.redone.clone(),
                 base_mode: p.before_hash.and(p.before_mode.clone()),
                 agent_mode: p.after_hash.and(p.after_mode.clone()),
                 current_mode: orig.mode.clone(),

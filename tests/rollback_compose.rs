@@ -594,3 +594,27 @@ fn git_moved_under_the_rollback_is_named_with_the_commands_that_finish_the_job()
     );
     assert!(r.stdout.contains("git reset --soft"), "{}", r.stdout);
 }
+
+#[test]
+fn a_put_back_that_conflicts_is_settled_like_any_other() {
+    let env = repo(&[("f.txt", &seq20())]);
+    let a = exec(&env, "sed -i s/^3$/three/ f.txt");
+    let c1 = checkpoint(&env);
+    assert_eq!(ckj(&env, &["rollback", "--call", &a]).0, 0);
+    // The user now edits the very line A had changed.
+    let mine = read(&env, "f.txt").replace("\n3\n", "\n3 (mine)\n");
+    env.write("f.txt", mine.as_bytes());
+    let (code, v) = ckj(&env, &["rollback", "--to", &c1]);
+    assert_eq!(code, 3, "{v:#}");
+    assert_eq!(read(&env, "f.txt"), mine, "left as the user has it");
+    let cf = v["conflicts"][0]["conflict"].as_str().unwrap().to_string();
+    let (code, r) = ckj(&env, &["resolve", &cf, "--apply-agent"]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(read(&env, "f.txt"), seq20().replace("\n3\n", "\nthree\n"));
+    // A is in effect again: it is what status shows, and undoing A works.
+    let (_, s) = ckj(&env, &["status"]);
+    assert_eq!(s["agent_files"][0]["calls"], json!([a]), "{s:#}");
+    assert_eq!(ckj(&env, &["rollback", "--call", &a]).0, 0);
+    assert_eq!(read(&env, "f.txt"), seq20());
+    verify_ok(&env);
+}
