@@ -5,8 +5,8 @@
 //! | agent | file | events |
 //! | --- | --- | --- |
 //! | claude | `.claude/settings.json` | PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit, SessionStart |
-//! | codex | `.codex/hooks.json` | PreToolUse, PostToolUse |
-//! | gemini | `.gemini/settings.json` | BeforeTool, AfterTool, SessionStart |
+//! | codex | `.codex/hooks.json` | PreToolUse, PostToolUse, UserPromptSubmit, SessionStart |
+//! | gemini | `.gemini/settings.json` | BeforeTool, AfterTool, BeforeAgent, SessionStart |
 //! | cursor | `.cursor/hooks.json` | afterFileEdit, beforeShellExecution, afterShellExecution |
 
 use serde_json::{Map, Value, json};
@@ -86,13 +86,18 @@ fn wanted(agent: Agent) -> Vec<(&'static str, Option<&'static str>, &'static str
             ("UserPromptSubmit", None, "prompt"),
             ("SessionStart", None, "session-start"),
         ],
+        // The prompt and session-start hooks make the per-turn checkpoints
+        // `ckpt undo` steps through.
         Agent::Codex => vec![
             ("PreToolUse", Some("*"), "pre"),
             ("PostToolUse", Some("*"), "post"),
+            ("UserPromptSubmit", None, "prompt"),
+            ("SessionStart", None, "session-start"),
         ],
         Agent::Gemini => vec![
             ("BeforeTool", Some("*"), "pre"),
             ("AfterTool", Some("*"), "post"),
+            ("BeforeAgent", None, "prompt"),
             ("SessionStart", None, "session-start"),
         ],
         Agent::Cursor => vec![

@@ -395,3 +395,37 @@ fn status_and_diff_show_the_agents_changes_only() {
     assert!(d.stdout.contains("+agent") && !d.stdout.contains("+second"));
     assert_eq!(env.ckpt(&["diff", "--call", "nope"]).code, 1);
 }
+
+#[test]
+fn init_hooks_registers_the_prompt_and_session_hooks_undo_needs() {
+    for (agent, file, events) in [
+        (
+            "codex",
+            ".codex/hooks.json",
+            &[
+                "PreToolUse",
+                "PostToolUse",
+                "UserPromptSubmit",
+                "SessionStart",
+            ][..],
+        ),
+        (
+            "gemini",
+            ".gemini/settings.json",
+            &["BeforeTool", "AfterTool", "BeforeAgent", "SessionStart"][..],
+        ),
+    ] {
+        let env = TestEnv::new();
+        let r = env.ckpt(&["init", "--hooks", agent]);
+        assert_eq!(r.code, 0, "{agent}: {}", r.stderr);
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(env.ws.join(file)).unwrap()).unwrap();
+        for ev in events {
+            assert_eq!(
+                v["hooks"][ev].as_array().map(|a| a.len()),
+                Some(1),
+                "{agent} {ev}: {v:#}"
+            );
+        }
+    }
+}

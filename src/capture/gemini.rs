@@ -13,7 +13,9 @@ use super::{
     Replacement, Target, TargetRole, check_event, kind, shape, take, unknown_event,
 };
 
-/// Tools that only read: no capture at all.
+/// Tools that only read the workspace (or write only outside it, in
+/// Gemini's own memory and plan state): no capture at all. Names of 0.61
+/// (`grep_search`) and of older versions.
 const READ_ONLY: &[&str] = &[
     "read_file",
     "read_many_files",
@@ -21,8 +23,16 @@ const READ_ONLY: &[&str] = &[
     "glob",
     "search_file_content",
     "grep",
+    "grep_search",
     "google_web_search",
     "web_fetch",
+    "write_todos",
+    "save_memory",
+    "ask_user",
+    "activate_skill",
+    "get_internal_docs",
+    "enter_plan_mode",
+    "exit_plan_mode",
 ];
 
 fn event_phase(event: &str) -> Option<Phase> {
@@ -86,11 +96,11 @@ pub(super) fn parse(
 
     if phase != Phase::Pre {
         let response = take(&mut map, "tool_response");
-        ev.error = response.as_ref().and_then(error_text);
-        let failed = response
+        ev.error = response
             .as_ref()
-            .and_then(|r| r.get("error"))
-            .is_some_and(|e| !e.is_null());
+            .and_then(error_text)
+            .or_else(|| response.as_ref().and_then(shell_failure));
+        let failed = ev.error.is_some();
         ev.outcome = Some(if failed {
             Outcome::Failed
         } else {
@@ -112,6 +122,35 @@ fn error_text(response: &Value) -> Option<String> {
             _ => Some(other.to_string()),
         },
     }
+}
+
+/// A shell command's failure as Gemini reports it: no `error`, but
+/// `llmContent` says `Exit Code: N` (N not 0) or names a signal.
+fn shell_failure(response: &Value) -> Option<String> {
+    let text = match response.get("llmContent")? {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str).or(p.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    for line in text.lines() {
+        if let Some(code) = line.strip_prefix("Exit Code: ") {
+            let code = code.trim();
+            if code != "0" && code != "(none)" {
+                return Some(format!("the command exited with code {code}"));
+            }
+        }
+        if let Some(sig) = line.strip_prefix("Signal: ") {
+            let sig = sig.trim();
+            if sig != "(none)" && !sig.is_empty() {
+                return Some(format!("the command was killed by signal {sig}"));
+            }
+        }
+    }
+    None
 }
 
 fn tool_capture(tool: &str, f: &Fields<'_>) -> Result<(Capture, Vec<Target>), HookInputError> {
@@ -137,8 +176,10 @@ fn tool_capture(tool: &str, f: &Fields<'_>) -> Result<(Capture, Vec<Target>), Ho
     Ok((Capture::Declared, vec![target]))
 }
 
-/// `replace`: `old_string`, `new_string`, `expected_replacements` (default 1).
+/// `replace`: `old_string`, `new_string`, `expected_replacements` (default
+/// 1), or (0.61) `allow_multiple`: every occurrence, at least one.
 fn replace(f: &Fields<'_>) -> Result<Option<Expected>, HookInputError> {
+    let all = f.bool("allow_multiple")?.unwrap_or(false);
     let count = match f.u64("expected_replacements")? {
         None => 1,
         Some(n) => u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -154,6 +195,10 @@ fn replace(f: &Fields<'_>) -> Result<Option<Expected>, HookInputError> {
     Ok(Some(Expected::Edits(vec![Replacement {
         old: old.to_string(),
         new: new.to_string(),
-        count: Occurrences::Exactly(count),
+        count: if all {
+            Occurrences::All
+        } else {
+            Occurrences::Exactly(count)
+        },
     }])))
 }

@@ -1392,3 +1392,137 @@ fn input_hash_is_sha256_of_compact_sorted_json() {
         .collect();
     assert_eq!(input_hash(&v), format!("sha256:{want}"));
 }
+
+#[test]
+fn gemini_0_61_shell_failure_is_read_from_llm_content() {
+    let post = |content: Value| {
+        json!({"session_id": "s", "cwd": "/w", "hook_event_name": "AfterTool", "timestamp": "t",
+               "tool_name": "run_shell_command", "tool_input": {"command": "false"},
+               "tool_response": {"llmContent": content, "returnDisplay": ""}})
+        .to_string()
+    };
+    let text = |code: &str, sig: &str| {
+        format!(
+            "Command: false\nDirectory: (root)\nOutput: (empty)\nError: (none)\nExit Code: {code}\nSignal: {sig}\nBackground PIDs: (none)\nProcess Group PGID: 7"
+        )
+    };
+    for (content, want) in [
+        (
+            json!(text("2", "(none)")),
+            Some("the command exited with code 2"),
+        ),
+        (
+            json!(text("(none)", "9")),
+            Some("the command was killed by signal 9"),
+        ),
+        (
+            json!([{"text": text("1", "(none)")}]),
+            Some("the command exited with code 1"),
+        ),
+        (json!(text("0", "(none)")), None),
+        (json!("plain output"), None),
+    ] {
+        let ev = parse(post(content.clone()).as_bytes(), Phase::Post, None).expect("parses");
+        assert_eq!(ev.error.as_deref(), want, "{content}");
+        let outcome = if want.is_some() {
+            Outcome::Failed
+        } else {
+            Outcome::Succeeded
+        };
+        assert_eq!(ev.outcome, Some(outcome), "{content}");
+    }
+}
+
+#[test]
+fn gemini_0_61_allow_multiple_replaces_every_occurrence() {
+    let payload = json!({"session_id": "s", "cwd": "/w", "hook_event_name": "BeforeTool",
+        "timestamp": "t", "tool_name": "replace", "tool_input": {"file_path": "a",
+        "old_string": "x", "new_string": "y", "allow_multiple": true, "instruction": "all"}})
+    .to_string();
+    let ev = parse(payload.as_bytes(), Phase::Pre, None).expect("parses");
+    let exp = one_target(&ev).expected.clone().expect("edits");
+    assert_eq!(apply_expected("x x x", &exp).as_deref(), Some("y y y"));
+    assert_eq!(apply_expected("z", &exp), None, "at least one occurrence");
+}
+
+#[test]
+fn gemini_0_61_read_only_tools_are_not_captured_and_mcp_is_network() {
+    for tool in [
+        "grep_search",
+        "read_many_files",
+        "write_todos",
+        "save_memory",
+        "ask_user",
+    ] {
+        let payload = json!({"session_id": "s", "cwd": "/w", "hook_event_name": "BeforeTool",
+            "timestamp": "t", "tool_name": tool, "tool_input": {"pattern": "x"}})
+        .to_string();
+        let ev = parse(payload.as_bytes(), Phase::Pre, None).expect("parses");
+        assert_eq!(ev.capture, Capture::Skip, "{tool}");
+    }
+    let cfg = crate::config::Config::default();
+    assert_eq!(cfg.classify("grep_search").risk, crate::record::Risk::Low);
+    assert_eq!(
+        cfg.classify("mcp_github_create_issue").side_effects,
+        vec!["network".to_string()]
+    );
+    assert_eq!(
+        cfg.classify("mcp__github__create_issue").side_effects,
+        vec!["network".to_string()]
+    );
+}
+
+// ---------------------------------------------------------------- real clients
+
+/// Payloads captured from the real clients (tests/real_agents/).
+#[test]
+fn real_gemini_0_61_shell_exit_code_and_tools() {
+    let fail = parse(
+        &load("gemini/real-0.61.0/AfterTool-run_shell_command-fail.json"),
+        Phase::Post,
+        None,
+    )
+    .expect("parses");
+    assert_eq!(fail.outcome, Some(Outcome::Failed));
+    assert_eq!(
+        fail.error.as_deref(),
+        Some("the command exited with code 2")
+    );
+    let good = parse(
+        &load("gemini/real-0.61.0/AfterTool-run_shell_command.json"),
+        Phase::Post,
+        None,
+    )
+    .expect("parses");
+    assert_eq!(good.outcome, Some(Outcome::Succeeded));
+    for (rel, phase) in [
+        ("gemini/real-0.61.0/BeforeAgent.json", Phase::Prompt),
+        ("gemini/real-0.61.0/SessionStart.json", Phase::SessionStart),
+        ("gemini/real-0.61.0/BeforeTool-replace.json", Phase::Pre),
+        ("gemini/real-0.61.0/AfterTool-write_file.json", Phase::Post),
+    ] {
+        let ev = parse(&load(rel), phase, None).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        assert_eq!(ev.format, Format::Gemini, "{rel}");
+    }
+}
+
+#[test]
+fn real_codex_0_171_prompt_and_session_start_parse() {
+    let p = parse(
+        &load("codex/real-0.171.0/UserPromptSubmit.json"),
+        Phase::Prompt,
+        Some(Format::Codex),
+    )
+    .expect("parses");
+    assert_eq!(
+        p.prompt.as_deref(),
+        Some("ckpt-e2e capture: every tool once")
+    );
+    let s = parse(
+        &load("codex/real-0.171.0/SessionStart.json"),
+        Phase::SessionStart,
+        Some(Format::Codex),
+    )
+    .expect("parses");
+    assert_eq!(s.source.as_deref(), Some("startup"));
+}
