@@ -36,6 +36,8 @@ fn record(i: usize) -> Draft {
             compensation: None,
             error: None,
             agent: Some("claude".into()),
+            turn: None,
+            subagent: None,
             before: vec![],
             unrecorded: vec![],
         }),

@@ -377,6 +377,8 @@ impl Workspace {
                 compensation,
                 error: None,
                 agent: Some("library".into()),
+                turn: None,
+                subagent: None,
                 before: vec![],
                 unrecorded: Vec::new(),
             }),

@@ -439,6 +439,8 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
             compensation,
             error: None,
             agent: Some(ev.format.as_str().to_string()),
+            turn: ev.turn.clone(),
+            subagent: ev.subagent.clone(),
             before: snaps
                 .iter()
                 .zip(&predicted)

@@ -234,6 +234,14 @@ pub struct ToolCall {
     /// Which agent format the call came from (`claude`, `codex`, `generic`, `library`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// The turn the call belongs to (Claude Code's `prompt_id`, Codex's
+    /// `turn_id`, Cursor's `generation_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
+    /// The subagent that made the call (Claude Code's `agent_id` and
+    /// `agent_type`), so its work can be told apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<Subagent>,
     /// At `started`: the content each declared path had before the call (what
     /// recovery compares the disk with).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -243,6 +251,16 @@ pub struct ToolCall {
     /// rollback can undo them (RELIABILITY F47).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unrecorded: Vec<Unrecorded>,
+}
+
+/// A subagent of the session (`tool_call.subagent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subagent {
+    /// Its id.
+    pub id: String,
+    /// Its type (`general-purpose`, …), when given.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl ToolCall {
@@ -264,6 +282,8 @@ impl ToolCall {
             compensation: None,
             error,
             agent: None,
+            turn: None,
+            subagent: None,
             before: Vec::new(),
             unrecorded: Vec::new(),
         }

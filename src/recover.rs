@@ -602,6 +602,8 @@ fn check_uncertain(
                 compensation: None,
                 error,
                 agent: Some("ckpt-recover".into()),
+                turn: None,
+                subagent: None,
                 before: Vec::new(),
                 unrecorded: Vec::new(),
             }),

@@ -1158,3 +1158,36 @@ fn the_first_hook_sets_the_workspace_up_as_init_does() {
     assert_eq!(recs[0]["status"], "started");
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
+
+#[test]
+fn a_subagents_call_and_its_turn_are_recorded() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"a\n");
+    let p = |event: &str| {
+        let mut v = serde_json::json!({
+            "session_id": "s1", "transcript_path": "/dev/null", "cwd": env.ws,
+            "prompt_id": "turn-7", "effort": {"level": "medium"},
+            "agent_id": "sub-1", "agent_type": "Explore",
+            "hook_event_name": event, "tool_name": "Write", "tool_use_id": "t1",
+            "tool_input": {"file_path": env.ws.join("a.txt"), "content": "b\n"},
+        });
+        if event == "PostToolUse" {
+            v["tool_response"] = serde_json::json!({"type": "update"});
+        }
+        v.to_string().into_bytes()
+    };
+    hook_ok(&env, "pre", &p("PreToolUse"));
+    env.write("a.txt", b"b\n");
+    hook_ok(&env, "post", &p("PostToolUse"));
+    let log = env.ckpt(&["log", "--json"]).json();
+    let started = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "tool_call" && r["status"] == "started")
+        .unwrap()
+        .clone();
+    assert_eq!(started["turn"], "turn-7", "{started:#}");
+    assert_eq!(started["subagent"]["id"], "sub-1", "{started:#}");
+    assert_eq!(started["subagent"]["type"], "Explore", "{started:#}");
+}

@@ -24,6 +24,8 @@ pub fn call_record(i: usize) -> Draft {
             compensation: None,
             error: None,
             agent: Some("test".into()),
+            turn: None,
+            subagent: None,
             before: vec![],
             unrecorded: vec![],
         }),

@@ -63,7 +63,17 @@ pub(super) fn parse(
     ev.session = f.string("session_id")?;
     ev.transcript_path = f.string("transcript_path")?;
     ev.cwd = f.string("cwd")?;
-    ev.turn = f.string("turn_id")?;
+    // Codex names the turn `turn_id`; Claude Code 2.1 `prompt_id`.
+    ev.turn = match f.string("turn_id")? {
+        Some(t) => Some(t),
+        None => f.string("prompt_id")?,
+    };
+    if let Some(id) = f.string("agent_id")? {
+        ev.subagent = Some(crate::record::Subagent {
+            id,
+            kind: f.string("agent_type")?,
+        });
+    }
     match phase {
         Phase::Prompt => {
             ev.prompt = f.string("prompt")?;
@@ -118,7 +128,9 @@ pub(super) fn parse(
 /// Reads `originalFile` from a Claude Code `tool_response`; other types are ignored (the
 /// response is informational).
 fn original_file(response: &Value) -> Option<OriginalFile> {
-    match response.as_object()?.get("originalFile")? {
+    let r = response.as_object()?;
+    // NotebookEdit (2.1) names it in snake_case.
+    match r.get("originalFile").or_else(|| r.get("original_file"))? {
         Value::Null => Some(OriginalFile::Absent),
         Value::String(s) => Some(OriginalFile::Text(s.clone())),
         _ => None,

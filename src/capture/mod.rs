@@ -304,6 +304,8 @@ pub struct HookEvent {
     pub call: Option<String>,
     /// The agent turn (Codex `turn_id`, Cursor `generation_id`), when given.
     pub turn: Option<String>,
+    /// The subagent making the call (Claude Code's `agent_id`, `agent_type`).
+    pub subagent: Option<crate::record::Subagent>,
     /// The tool name; Cursor shell events are `shell`, Cursor file edits without a `tool_name`
     /// are `edit`; `None` for prompts, session starts and generic after-payloads.
     pub tool: Option<String>,
@@ -359,6 +361,7 @@ impl HookEvent {
             input: None,
             input_hash: None,
             original_file: None,
+            subagent: None,
             response: None,
             outcome: None,
             error: None,

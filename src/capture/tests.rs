@@ -1526,3 +1526,36 @@ fn real_codex_0_171_prompt_and_session_start_parse() {
     .expect("parses");
     assert_eq!(s.source.as_deref(), Some("startup"));
 }
+
+#[test]
+fn real_claude_2_1_prompt_id_is_the_turn_and_subagents_are_named() {
+    let pre = parse(
+        &load("claude/real-2.1.332/PreToolUse-Edit.json"),
+        Phase::Pre,
+        None,
+    )
+    .expect("parses (effort is an object)");
+    assert_eq!(
+        pre.turn.as_deref(),
+        Some("cd2f95a0-6616-4081-823a-3f78d7ef5a73")
+    );
+    assert_eq!(pre.subagent, None);
+    let mut v = load_json("claude/real-2.1.332/PreToolUse-Edit.json");
+    v["agent_id"] = json!("a-1");
+    v["agent_type"] = json!("general-purpose");
+    let sub = parse(v.to_string().as_bytes(), Phase::Pre, None).expect("parses");
+    assert_eq!(
+        sub.subagent,
+        Some(crate::record::Subagent {
+            id: "a-1".into(),
+            kind: Some("general-purpose".into())
+        })
+    );
+    // NotebookEdit's response names the original in snake_case.
+    let nb = json!({"session_id": "s", "cwd": WS, "hook_event_name": "PostToolUse",
+        "tool_name": "NotebookEdit", "tool_use_id": "t",
+        "tool_input": {"notebook_path": format!("{WS}/n.ipynb"), "new_source": "x", "cell_id": "c"},
+        "tool_response": {"original_file": "{}", "updated_file": "{\"x\":1}"}});
+    let post = parse(nb.to_string().as_bytes(), Phase::Post, None).expect("parses");
+    assert_eq!(post.original_file, Some(OriginalFile::Text("{}".into())));
+}
