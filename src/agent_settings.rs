@@ -177,6 +177,100 @@ pub fn merge(
     Ok(added)
 }
 
+/// Takes ckpt's hook entries out of `existing` (entries of the agent's events
+/// whose command runs `ckpt … hook …`), leaving every other entry, and the
+/// event lists and `hooks` object only if something else is left in them.
+/// Returns how many entries were removed. Pure, for tests.
+pub fn unmerge(agent: Agent, existing: &mut Map<String, Value>) -> usize {
+    let Some(Value::Object(hooks)) = existing.get_mut("hooks") else {
+        return 0;
+    };
+    let mut removed = 0;
+    for (event, _, sub) in wanted(agent) {
+        let Some(Value::Array(list)) = hooks.get_mut(event) else {
+            continue;
+        };
+        let before = list.len();
+        list.retain(|e| !mentions_ckpt_hook(e, sub));
+        removed += before - list.len();
+        if list.is_empty() && before > 0 {
+            hooks.remove(event);
+        }
+    }
+    if removed > 0 && hooks.is_empty() {
+        existing.remove("hooks");
+    }
+    removed
+}
+
+/// Takes ckpt's hooks out of the agent's settings file ([`unmerge`]); the
+/// old file is kept in the blob store first. `added` in the result is the
+/// number of entries removed.
+pub fn uninstall(ws: &Workspace, agent: Agent) -> Result<InstallStats, SettingsError> {
+    let file = file_for(agent);
+    let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
+    let io = |e: std::io::Error| {
+        SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
+    };
+    let (mut doc, mode) = match read_settings(ws, &rel, file)? {
+        Some(d) => d,
+        None => {
+            return Ok(InstallStats {
+                file: file.to_string(),
+                added: 0,
+            });
+        }
+    };
+    let removed = unmerge(agent, &mut doc);
+    if removed > 0 {
+        let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| io(e.into()))?;
+        bytes.push(b'\n');
+        if let Ok(old) = ws.files().read(&rel) {
+            ws.blobs().put_bytes(&old).map_err(WorkspaceError::from)?;
+        }
+        ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
+    }
+    Ok(InstallStats {
+        file: file.to_string(),
+        added: removed,
+    })
+}
+
+/// The settings document at `rel` and its mode (`None`: no such file).
+fn read_settings(
+    ws: &Workspace,
+    rel: &RelPath,
+    file: &str,
+) -> Result<Option<(Map<String, Value>, u32)>, SettingsError> {
+    let io = |e: std::io::Error| {
+        SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
+    };
+    match ws.files().entry(rel).map_err(io)? {
+        EntryKind::Absent => Ok(None),
+        EntryKind::File { mode, .. } => {
+            let bytes = ws.files().read(rel).map_err(io)?;
+            let text = String::from_utf8_lossy(&bytes);
+            let v: Value = if text.trim().is_empty() {
+                Value::Object(Map::new())
+            } else {
+                serde_json::from_str(&text)
+                    .map_err(|e| SettingsError::NotMergeable(file.into(), e.to_string()))?
+            };
+            match v {
+                Value::Object(m) => Ok(Some((m, mode))),
+                _ => Err(SettingsError::NotMergeable(
+                    file.into(),
+                    "not an object".into(),
+                )),
+            }
+        }
+        _ => Err(SettingsError::NotMergeable(
+            file.into(),
+            "not a regular file".into(),
+        )),
+    }
+}
+
 /// Installs ckpt's hooks into the agent's settings file in the workspace.
 /// `ckpt_cmd` is how the agent should invoke ckpt (a path or `ckpt`).
 pub fn install(
@@ -189,34 +283,7 @@ pub fn install(
     let io = |e: std::io::Error| {
         SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
     };
-    let (mut doc, mode) = match ws.files().entry(&rel).map_err(io)? {
-        EntryKind::Absent => (Map::new(), 0o644),
-        EntryKind::File { mode, .. } => {
-            let bytes = ws.files().read(&rel).map_err(io)?;
-            let text = String::from_utf8_lossy(&bytes);
-            let v: Value = if text.trim().is_empty() {
-                Value::Object(Map::new())
-            } else {
-                serde_json::from_str(&text)
-                    .map_err(|e| SettingsError::NotMergeable(file.into(), e.to_string()))?
-            };
-            match v {
-                Value::Object(m) => (m, mode),
-                _ => {
-                    return Err(SettingsError::NotMergeable(
-                        file.into(),
-                        "not an object".into(),
-                    ));
-                }
-            }
-        }
-        _ => {
-            return Err(SettingsError::NotMergeable(
-                file.into(),
-                "not a regular file".into(),
-            ));
-        }
-    };
+    let (mut doc, mode) = read_settings(ws, &rel, file)?.unwrap_or((Map::new(), 0o644));
     let added = merge(agent, &mut doc, ckpt_cmd)
         .map_err(|e| SettingsError::NotMergeable(file.into(), e))?;
     if added > 0 {
@@ -254,6 +321,28 @@ mod tests {
         let before = doc.clone();
         assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 0);
         assert_eq!(doc, before);
+    }
+
+    #[test]
+    fn unmerging_takes_out_only_ckpts_entries() {
+        let orig: Map<String, Value> = serde_json::from_str(
+            r#"{"model":"x","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]},"z":1}"#,
+        )
+        .unwrap();
+        for agent in [Agent::Claude, Agent::Codex, Agent::Gemini, Agent::Cursor] {
+            let mut doc = orig.clone();
+            let added = merge(agent, &mut doc, "/opt/ckpt").unwrap();
+            assert_eq!(unmerge(agent, &mut doc), added, "{agent:?}");
+            if agent == Agent::Cursor {
+                doc.remove("version");
+            }
+            assert_eq!(doc, orig, "{agent:?}: what was there is left as it was");
+            assert_eq!(unmerge(agent, &mut doc), 0);
+        }
+        let mut doc = Map::new();
+        merge(Agent::Claude, &mut doc, "ckpt").unwrap();
+        unmerge(Agent::Claude, &mut doc);
+        assert!(doc.is_empty(), "{doc:?}");
     }
 
     #[test]

@@ -429,3 +429,26 @@ fn init_hooks_registers_the_prompt_and_session_hooks_undo_needs() {
         }
     }
 }
+
+#[test]
+fn init_hooks_remove_takes_out_only_ckpts_hooks() {
+    let env = TestEnv::new();
+    let orig = br#"{"permissions":{"allow":["Bash(ls)"]},"hooks":{"PostToolUse":[{"matcher":"Write","hooks":[{"type":"command","command":"./fmt.sh"}]}]}}"#;
+    env.write(".claude/settings.json", orig);
+    assert_eq!(env.ckpt(&["init", "--hooks", "claude"]).code, 0);
+    let r = env.ckpt(&["init", "--hooks", "claude", "--remove"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("removed 5 ckpt hook(s)"), "{}", r.stdout);
+    let now: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.ws.join(".claude/settings.json")).unwrap())
+            .unwrap();
+    let want: serde_json::Value = serde_json::from_slice(orig).unwrap();
+    assert_eq!(now, want);
+    let r = env.ckpt(&["init", "--hooks", "claude", "--remove"]);
+    assert!(r.stdout.contains("nothing changed"), "{}", r.stdout);
+    assert_eq!(
+        env.ckpt(&["init", "--remove"]).code,
+        2,
+        "--remove needs --hooks"
+    );
+}

@@ -8,6 +8,9 @@ pub struct Args {
     /// Also merge ckpt's hooks into this agent's settings file
     #[arg(long, value_name = "claude|codex|gemini|cursor")]
     hooks: Option<String>,
+    /// With --hooks: take ckpt's hooks out of that agent's settings file again
+    #[arg(long, requires = "hooks")]
+    remove: bool,
 }
 
 /// How agents should run ckpt: this binary's absolute path when it is
@@ -34,6 +37,22 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         ),
         None => None,
     };
+    if let (Some(agent), true) = (agent, args.remove) {
+        let ws = ctx.open_read_only()?;
+        let h = ckpt::agent_settings::uninstall(&ws, agent)
+            .map_err(|e| CommandError::new(super::error::ERROR, super::error::one_line(&e)))?;
+        if ui.json {
+            ui.json(&serde_json::json!({"hooks": {"file": h.file, "removed": h.added}}))?;
+        } else if h.added > 0 {
+            ui.line(&format!(
+                "removed {} ckpt hook(s) from {}; the rest of it is as it was",
+                h.added, h.file
+            ))?;
+        } else {
+            ui.line(&format!("{} has no ckpt hooks; nothing changed", h.file))?;
+        }
+        return Ok(OK);
+    }
     let (ws, stats) = Workspace::init(&ctx.workspace, OpenOptions { clock: ctx.clock() })?;
     let hooks = match agent {
         Some(agent) => Some(
