@@ -236,12 +236,15 @@ pub fn uninstall(ws: &Workspace, agent: Agent) -> Result<InstallStats, SettingsE
     })
 }
 
+/// A settings document and its file's mode.
+type Settings = (Map<String, Value>, u32);
+
 /// The settings document at `rel` and its mode (`None`: no such file).
 fn read_settings(
     ws: &Workspace,
     rel: &RelPath,
     file: &str,
-) -> Result<Option<(Map<String, Value>, u32)>, SettingsError> {
+) -> Result<Option<Settings>, SettingsError> {
     let io = |e: std::io::Error| {
         SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
     };
