@@ -1,0 +1,163 @@
+#!/usr/bin/env node
+// One client run against its scripted mock, inside the caller's network
+// namespace (run.sh starts this under `unshare -n -p -f --mount-proc`, so
+// only loopback exists and every process left behind dies with the namespace).
+//
+//   node drive.js CONFIG.json
+//
+// CONFIG: {format, script, bin, args[], cwd, env{}, timeoutMs, log, result,
+//          baseUrlEnv: {NAME: "http://127.0.0.1:{port}..."} (the port filled in),
+//          files: {path: "text with {port}"} (written before the client starts),
+//          userEdits: {"<turn>": [{path, op: "write"|"replace"|"append", content, from, to}]},
+//          kill: {atTurn, delayMs}   kill -9 the client delayMs after turn atTurn is answered,
+//          drainMs}                  how long to let the client's orphans finish after a kill
+// RESULT: {code, signal, killed, timedOut, ms, stdout, stderr, turnsServed, requests}
+'use strict';
+
+const fs = require('node:fs');
+const { spawn } = require('node:child_process');
+const { startMock } = require('./mock.js');
+
+const cfg = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const logLines = [];
+const log = (e) => {
+  logLines.push(e);
+  if (cfg.log) fs.appendFileSync(cfg.log, JSON.stringify(e) + '\n');
+};
+
+function applyEdit(ed) {
+  if (ed.op === 'write') fs.writeFileSync(ed.path, ed.content);
+  else if (ed.op === 'append') fs.appendFileSync(ed.path, ed.content);
+  else if (ed.op === 'replace') {
+    const s = fs.readFileSync(ed.path, 'utf8');
+    if (!s.includes(ed.from)) throw new Error(`user edit: ${ed.path} lacks ${JSON.stringify(ed.from)}`);
+    fs.writeFileSync(ed.path, s.replace(ed.from, ed.to));
+  }
+  log({ t: Date.now(), kind: 'user_edit', path: ed.path, op: ed.op });
+}
+
+// The client's own processes: the one we started and every descendant
+// reached through processes that are not a shell or a command it runs (npm
+// wrappers spawn the native binary; Gemini relaunches itself). A crash kills
+// these and leaves the tools' processes running, as a real crash would.
+const TOOL_COMMS = new Set(['sh', 'bash', 'dash', 'zsh', 'sleep', 'printf', 'ckpt', 'timeout', 'env']);
+function procTable() {
+  const out = new Map();
+  for (const n of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(n)) continue;
+    try {
+      const st = fs.readFileSync(`/proc/${n}/stat`, 'utf8');
+      const close = st.lastIndexOf(')');
+      const comm = st.slice(st.indexOf('(') + 1, close);
+      const ppid = Number(st.slice(close + 2).split(' ')[1]);
+      out.set(Number(n), { comm, ppid });
+    } catch { /* gone */ }
+  }
+  return out;
+}
+function clientProcesses(root) {
+  const table = procTable();
+  const mine = [root];
+  for (let i = 0; i < mine.length; i++) {
+    for (const [pid, p] of table) {
+      if (p.ppid === mine[i] && !TOOL_COMMS.has(p.comm)) mine.push(pid);
+    }
+  }
+  return mine.map((pid) => ({ pid, comm: (table.get(pid) || {}).comm }));
+}
+
+function groupAlive(pgid) {
+  try { process.kill(-pgid, 0); return true; } catch { return false; }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+(async () => {
+  let child = null;
+  let killTimer = null;
+  const mock = await startMock({
+    format: cfg.format,
+    script: cfg.script,
+    log,
+    dumpDir: cfg.dumpDir,
+    onTurn: async (k) => {
+      for (const ed of (cfg.userEdits || {})[String(k)] || []) applyEdit(ed);
+    },
+  });
+  const sub = (s) => s.replace(/\{port\}/g, String(mock.port));
+  const env = { ...process.env };
+  for (const [k, v] of Object.entries(cfg.env || {})) env[k] = v === null ? undefined : sub(String(v));
+  for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
+  for (const [p, text] of Object.entries(cfg.files || {})) {
+    fs.mkdirSync(require('node:path').dirname(p), { recursive: true });
+    fs.writeFileSync(p, sub(text));
+  }
+
+  const started = Date.now();
+  let stdout = '';
+  let stderr = '';
+  let killed = false;
+  let timedOut = false;
+  child = spawn(cfg.bin, (cfg.args || []).map(sub), {
+    cwd: cfg.cwd,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true, // its own process group: the group is ours to stop
+  });
+  child.stdout.on('data', (d) => { stdout += d; });
+  child.stderr.on('data', (d) => { stderr += d; });
+  const pgid = child.pid;
+
+  if (cfg.kill) {
+    const poll = setInterval(() => {
+      const at = mock.stats.lastTurnServedAt[cfg.kill.atTurn];
+      if (at !== undefined) {
+        clearInterval(poll);
+        killTimer = setTimeout(() => {
+          killed = true;
+          const victims = clientProcesses(child.pid);
+          log({ t: Date.now(), kind: 'kill', victims });
+          for (const v of victims) {
+            try { process.kill(v.pid, 'SIGKILL'); } catch { /* gone */ }
+          }
+        }, cfg.kill.delayMs || 0);
+      }
+    }, 20);
+  }
+  const deadline = setTimeout(() => {
+    timedOut = true;
+    log({ t: Date.now(), kind: 'timeout' });
+    try { process.kill(-pgid, 'SIGKILL'); } catch { /* gone */ }
+  }, cfg.timeoutMs || 120000);
+
+  const exit = await new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  const ms = Date.now() - started;
+  clearTimeout(deadline);
+  if (killTimer) clearTimeout(killTimer);
+  // Orphans (a shell command the client started) may still run: give them
+  // drainMs, then stop whatever is left of the group.
+  if (killed && cfg.settleMs) await sleep(cfg.settleMs); // orphans outside the group too
+  const drainUntil = Date.now() + (cfg.drainMs || 0);
+  while (groupAlive(pgid) && Date.now() < drainUntil) await sleep(50);
+  if (groupAlive(pgid)) {
+    try { process.kill(-pgid, 'SIGKILL'); } catch { /* gone */ }
+  }
+  await mock.close();
+  const result = {
+    code: exit.code,
+    signal: exit.signal,
+    killed,
+    timedOut,
+    ms,
+    stdout,
+    stderr,
+    turnsServed: mock.stats.turnsServed,
+    requests: logLines.filter((e) => e.kind !== 'user_edit').map((e) => ({ kind: e.kind, url: e.url, turn: e.turn, results: e.results, userText: e.userText, t: e.t })),
+    kills: logLines.filter((e) => e.kind === 'kill'),
+    started,
+  };
+  fs.writeFileSync(cfg.result, JSON.stringify(result, null, 2));
+  process.exit(0);
+})().catch((e) => {
+  try { fs.writeFileSync(cfg.result, JSON.stringify({ error: String(e && e.stack || e) })); } catch { /* nothing */ }
+  process.exit(1);
+});
