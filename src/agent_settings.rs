@@ -4,7 +4,7 @@
 //!
 //! | agent | file | events |
 //! | --- | --- | --- |
-//! | claude | `.claude/settings.json` | PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit, SessionStart |
+//! | claude | `.claude/settings.local.json` | PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit, SessionStart |
 //! | codex | `.codex/hooks.json` | PreToolUse, PostToolUse, UserPromptSubmit, SessionStart |
 //! | gemini | `.gemini/settings.json` | BeforeTool, AfterTool, BeforeAgent, SessionStart |
 //! | cursor | `.cursor/hooks.json` | afterFileEdit, beforeShellExecution, afterShellExecution |
@@ -52,6 +52,8 @@ pub struct InstallStats {
     pub file: String,
     /// Hook entries added (0 when everything was already there).
     pub added: usize,
+    /// The file ckpt's hooks were moved out of, if any.
+    pub moved_from: Option<String>,
 }
 
 /// Why the settings could not be merged.
@@ -67,12 +69,25 @@ pub enum SettingsError {
     Workspace(#[from] WorkspaceError),
 }
 
+/// Where `init --hooks` puts the agent's hooks. Claude Code reads
+/// `.claude/settings.json` only from the directory a session starts in, but
+/// `.claude/settings.local.json` from the project root too (seen with
+/// 2.1.332's `--debug-file`), so its hooks go in the local file: found from
+/// every subdirectory, and not committed (it names this machine's binary).
 fn file_for(agent: Agent) -> &'static str {
     match agent {
-        Agent::Claude => ".claude/settings.json",
+        Agent::Claude => ".claude/settings.local.json",
         Agent::Codex => ".codex/hooks.json",
         Agent::Gemini => ".gemini/settings.json",
         Agent::Cursor => ".cursor/hooks.json",
+    }
+}
+
+/// Where an older ckpt put the agent's hooks.
+fn legacy_file(agent: Agent) -> Option<&'static str> {
+    match agent {
+        Agent::Claude => Some(".claude/settings.json"),
+        _ => None,
     }
 }
 
@@ -203,26 +218,37 @@ pub fn unmerge(agent: Agent, existing: &mut Map<String, Value>) -> usize {
     removed
 }
 
-/// Takes ckpt's hooks out of the agent's settings file ([`unmerge`]); the
-/// old file is kept in the blob store first. `added` in the result is the
-/// number of entries removed.
+/// Takes ckpt's hooks out of the agent's settings file ([`unmerge`]), and
+/// out of the file older versions wrote them to; each old file is kept in
+/// the blob store first. `added` in the result is the number removed.
 pub fn uninstall(ws: &Workspace, agent: Agent) -> Result<InstallStats, SettingsError> {
-    let file = file_for(agent);
+    let mut removed = 0;
+    for file in std::iter::once(file_for(agent)).chain(legacy_file(agent)) {
+        removed += edit(ws, file, |doc| Ok(unmerge(agent, doc)))?;
+    }
+    Ok(InstallStats {
+        file: file_for(agent).to_string(),
+        added: removed,
+        moved_from: None,
+    })
+}
+
+/// Applies `change` to the settings document in `file` (an empty one when
+/// there is none) and writes it back when `change` says it changed
+/// something (the old file stored first). Returns what `change` returned.
+fn edit(
+    ws: &Workspace,
+    file: &str,
+    change: impl FnOnce(&mut Map<String, Value>) -> Result<usize, String>,
+) -> Result<usize, SettingsError> {
     let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
     let io = |e: std::io::Error| {
         SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
     };
-    let (mut doc, mode) = match read_settings(ws, &rel, file)? {
-        Some(d) => d,
-        None => {
-            return Ok(InstallStats {
-                file: file.to_string(),
-                added: 0,
-            });
-        }
-    };
-    let removed = unmerge(agent, &mut doc);
-    if removed > 0 {
+    let existed = ws.files().entry(&rel).map_err(io)? != EntryKind::Absent;
+    let (mut doc, mode) = read_settings(ws, &rel, file)?.unwrap_or((Map::new(), 0o644));
+    let n = change(&mut doc).map_err(|e| SettingsError::NotMergeable(file.into(), e))?;
+    if n > 0 && (existed || !doc.is_empty()) {
         let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| io(e.into()))?;
         bytes.push(b'\n');
         if let Ok(old) = ws.files().read(&rel) {
@@ -230,10 +256,7 @@ pub fn uninstall(ws: &Workspace, agent: Agent) -> Result<InstallStats, SettingsE
         }
         ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
     }
-    Ok(InstallStats {
-        file: file.to_string(),
-        added: removed,
-    })
+    Ok(n)
 }
 
 /// A settings document and its file's mode.
@@ -275,32 +298,24 @@ fn read_settings(
 }
 
 /// Installs ckpt's hooks into the agent's settings file in the workspace.
-/// `ckpt_cmd` is how the agent should invoke ckpt (a path or `ckpt`).
+/// `ckpt_cmd` is how the agent should invoke ckpt (a path or `ckpt`). Hooks
+/// an older ckpt put in [`legacy_file`] are moved (taken out there), so no
+/// event runs ckpt twice.
 pub fn install(
     ws: &Workspace,
     agent: Agent,
     ckpt_cmd: &str,
 ) -> Result<InstallStats, SettingsError> {
     let file = file_for(agent);
-    let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
-    let io = |e: std::io::Error| {
-        SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
-    };
-    let (mut doc, mode) = read_settings(ws, &rel, file)?.unwrap_or((Map::new(), 0o644));
-    let added = merge(agent, &mut doc, ckpt_cmd)
-        .map_err(|e| SettingsError::NotMergeable(file.into(), e))?;
-    if added > 0 {
-        let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| io(e.into()))?;
-        bytes.push(b'\n');
-        // The old settings are kept in the blob store before being replaced.
-        if let Ok(old) = ws.files().read(&rel) {
-            ws.blobs().put_bytes(&old).map_err(WorkspaceError::from)?;
-        }
-        ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
+    let added = edit(ws, file, |doc| merge(agent, doc, ckpt_cmd))?;
+    let mut moved = 0;
+    if let Some(old) = legacy_file(agent) {
+        moved = edit(ws, old, |doc| Ok(unmerge(agent, doc)))?;
     }
     Ok(InstallStats {
         file: file.to_string(),
         added,
+        moved_from: (moved > 0).then(|| legacy_file(agent).unwrap_or_default().to_string()),
     })
 }
 

@@ -285,12 +285,12 @@ fn demo_runs_to_the_end() {
 fn init_hooks_merges_into_claude_settings_and_twice_changes_nothing() {
     let env = TestEnv::new();
     env.write(
-        ".claude/settings.json",
+        ".claude/settings.local.json",
         br#"{"permissions":{"allow":["Bash(ls)"]},"hooks":{"PostToolUse":[{"matcher":"Write","hooks":[{"type":"command","command":"./fmt.sh"}]}]}}"#,
     );
     let r = env.ckpt(&["init", "--hooks", "claude"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let first = std::fs::read(env.ws.join(".claude/settings.json")).unwrap();
+    let first = std::fs::read(env.ws.join(".claude/settings.local.json")).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&first).unwrap();
     assert_eq!(
         v["permissions"]["allow"][0], "Bash(ls)",
@@ -316,7 +316,7 @@ fn init_hooks_merges_into_claude_settings_and_twice_changes_nothing() {
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("nothing changed"), "{}", r.stdout);
     assert_eq!(
-        std::fs::read(env.ws.join(".claude/settings.json")).unwrap(),
+        std::fs::read(env.ws.join(".claude/settings.local.json")).unwrap(),
         first,
         "byte for byte"
     );
@@ -434,13 +434,13 @@ fn init_hooks_registers_the_prompt_and_session_hooks_undo_needs() {
 fn init_hooks_remove_takes_out_only_ckpts_hooks() {
     let env = TestEnv::new();
     let orig = br#"{"permissions":{"allow":["Bash(ls)"]},"hooks":{"PostToolUse":[{"matcher":"Write","hooks":[{"type":"command","command":"./fmt.sh"}]}]}}"#;
-    env.write(".claude/settings.json", orig);
+    env.write(".claude/settings.local.json", orig);
     assert_eq!(env.ckpt(&["init", "--hooks", "claude"]).code, 0);
     let r = env.ckpt(&["init", "--hooks", "claude", "--remove"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("removed 5 ckpt hook(s)"), "{}", r.stdout);
     let now: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.ws.join(".claude/settings.json")).unwrap())
+        serde_json::from_slice(&std::fs::read(env.ws.join(".claude/settings.local.json")).unwrap())
             .unwrap();
     let want: serde_json::Value = serde_json::from_slice(orig).unwrap();
     assert_eq!(now, want);
@@ -450,5 +450,65 @@ fn init_hooks_remove_takes_out_only_ckpts_hooks() {
         env.ckpt(&["init", "--remove"]).code,
         2,
         "--remove needs --hooks"
+    );
+}
+
+#[test]
+fn claude_hooks_go_where_a_session_started_in_a_subdirectory_reads_them() {
+    // Claude Code 2.1 reads .claude/settings.json only in the directory a
+    // session starts in, .claude/settings.local.json also at the project
+    // root (tests/real_agents, scenario 3): hooks an older ckpt put in
+    // settings.json move, so no event runs ckpt twice.
+    let env = TestEnv::new();
+    let old = br#"{"model":"m","hooks":{"PreToolUse":[{"matcher":"*","hooks":[{"type":"command","command":"/old/ckpt hook pre","timeout":30}]},{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]}}"#;
+    env.write(".claude/settings.json", old);
+    let r = env.ckpt(&["init", "--hooks", "claude"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("moved ckpt's hooks out of .claude/settings.json"),
+        "{}",
+        r.stdout
+    );
+    let shared: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.ws.join(".claude/settings.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        shared,
+        serde_json::json!({"model":"m","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]}})
+    );
+    let local: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.ws.join(".claude/settings.local.json")).unwrap())
+            .unwrap();
+    assert_eq!(local["hooks"]["PreToolUse"].as_array().unwrap().len(), 1);
+    // A session started in a subdirectory is recorded at the git root.
+    std::fs::create_dir_all(env.ws.join("src")).unwrap();
+    env.write("src/a.txt", b"a\n");
+    let payload = |event: &str| {
+        serde_json::json!({"session_id": "s", "transcript_path": "/dev/null",
+            "cwd": env.ws.join("src"), "hook_event_name": event, "tool_name": "Write",
+            "tool_use_id": "t1", "tool_input": {"file_path": env.ws.join("src/a.txt"), "content": "b\n"},
+            "tool_response": {"type": "update"}})
+        .to_string()
+    };
+    let mut c = env.command(&["hook", "pre"]);
+    c.current_dir(env.ws.join("src"))
+        .env_remove("CKPT_WORKSPACE");
+    let r = crate::common::run_with_stdin_cmd(c, payload("PreToolUse").as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    env.write("src/a.txt", b"b\n");
+    let mut c = env.command(&["hook", "post"]);
+    c.current_dir(env.ws.join("src"))
+        .env_remove("CKPT_WORKSPACE");
+    let r = crate::common::run_with_stdin_cmd(c, payload("PostToolUse").as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let log = env.ckpt(&["log", "--json"]).json();
+    assert!(
+        log["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "file_patch" && r["path"] == "src/a.txt"),
+        "{log:#}"
     );
 }

@@ -66,11 +66,16 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             "workspace": ws.root().display().to_string(),
             "created": stats.created,
             "wrote_config": stats.wrote_config,
-            "hooks": hooks.as_ref().map(|h| serde_json::json!({"file": h.file, "added": h.added})),
+            "hooks": hooks.as_ref().map(|h| serde_json::json!({"file": h.file, "added": h.added, "moved_from": h.moved_from})),
         }))?;
         return Ok(OK);
     }
     if let Some(h) = &hooks {
+        if let Some(old) = &h.moved_from {
+            ui.line(&format!(
+                "moved ckpt's hooks out of {old} (not read when a session starts in a subdirectory)"
+            ))?;
+        }
         if h.added > 0 {
             ui.line(&format!("added {} ckpt hook(s) to {}", h.added, h.file))?;
         } else {

@@ -152,11 +152,16 @@ impl Rng {
 /// Runs `ckpt ARGS` in `env` with `stdin` piped in and `extra` set in its
 /// environment (hook payloads).
 pub fn run_with_stdin(env: &TestEnv, args: &[&str], stdin: &[u8], extra: &[(&str, &str)]) -> Run {
-    use std::io::Write;
     let mut c = env.command(args);
     for (k, v) in extra {
         c.env(k, v);
     }
+    run_with_stdin_cmd(c, stdin)
+}
+
+/// Runs the prepared command `c` with `stdin` piped in.
+pub fn run_with_stdin_cmd(mut c: Command, stdin: &[u8]) -> Run {
+    use std::io::Write;
     let mut child = c
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
