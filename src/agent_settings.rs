@@ -319,6 +319,214 @@ pub fn install(
     })
 }
 
+/// One entry Codex needs in `$CODEX_HOME/config.toml` before it runs a
+/// project's hooks (Codex 0.171, `codex-rs/hooks/src/engine/discovery.rs`
+/// and `config_rules.rs`; confirmed by the real-agent suite: without them
+/// `codex exec` runs no project hook and says nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodexTrust {
+    /// The TOML table, e.g. `projects."/abs"` or `hooks.state."…"`.
+    pub table: String,
+    /// Its key.
+    pub key: &'static str,
+    /// The value it must have (a TOML string's contents).
+    pub value: String,
+}
+
+fn codex_event_label(event: &str) -> Option<&'static str> {
+    Some(match event {
+        "PreToolUse" => "pre_tool_use",
+        "PostToolUse" => "post_tool_use",
+        "PermissionRequest" => "permission_request",
+        "SessionStart" => "session_start",
+        "UserPromptSubmit" => "user_prompt_submit",
+        "Stop" => "stop",
+        _ => return None,
+    })
+}
+
+/// The entries that trust the project at `project` (its real path) and
+/// each of ckpt's handlers in its `.codex/hooks.json` document `doc`: the
+/// hash is sha256 of the handler's identity as compact JSON with sorted
+/// keys, `{"event_name", "hooks": [{"async", "command", "timeout", "type"}],
+/// "matcher"}` (no matcher for events that take none).
+pub fn codex_trust_entries(project: &str, doc: &Map<String, Value>) -> Vec<CodexTrust> {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut out = vec![CodexTrust {
+        table: format!("projects.{}", quote(project)),
+        key: "trust_level",
+        value: "trusted".into(),
+    }];
+    let file = format!("{project}/.codex/hooks.json");
+    let Some(Value::Object(hooks)) = doc.get("hooks") else {
+        return out;
+    };
+    for (event, groups) in hooks {
+        let (Some(label), Value::Array(groups)) = (codex_event_label(event), groups) else {
+            continue;
+        };
+        for (gi, group) in groups.iter().enumerate() {
+            let Some(Value::Array(handlers)) = group.get("hooks") else {
+                continue;
+            };
+            for (hi, h) in handlers.iter().enumerate() {
+                let Some(cmd) = h.get("command").and_then(Value::as_str) else {
+                    continue;
+                };
+                if h.get("type").and_then(Value::as_str) != Some("command")
+                    || !mentions_ckpt_hook(h, "")
+                {
+                    continue;
+                }
+                let timeout = h
+                    .get("timeout")
+                    .or_else(|| h.get("timeoutSec"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(600)
+                    .max(1);
+                // Keys in sorted order (the map keeps insertion order).
+                let mut handler = Map::new();
+                handler.insert(
+                    "async".into(),
+                    json!(h.get("async").and_then(Value::as_bool).unwrap_or(false)),
+                );
+                handler.insert("command".into(), json!(cmd));
+                handler.insert("timeout".into(), json!(timeout));
+                handler.insert("type".into(), json!("command"));
+                let mut identity = Map::new();
+                identity.insert("event_name".into(), json!(label));
+                identity.insert("hooks".into(), json!([Value::Object(handler)]));
+                if !matches!(event.as_str(), "UserPromptSubmit" | "Stop")
+                    && let Some(m) = group.get("matcher").filter(|m| !m.is_null())
+                {
+                    identity.insert("matcher".into(), m.clone());
+                }
+                let text = Value::Object(identity).to_string();
+                let hash = crate::hash::ContentHash::of(text.as_bytes()).to_string();
+                out.push(CodexTrust {
+                    table: format!(
+                        "hooks.state.{}",
+                        quote(&format!("{file}:{label}:{gi}:{hi}"))
+                    ),
+                    key: "trusted_hash",
+                    value: hash,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The entries of `wanted` that the Codex config text `config` lacks or
+/// holds with another value.
+pub fn codex_trust_missing(config: &str, wanted: &[CodexTrust]) -> Vec<CodexTrust> {
+    let doc: toml::Table = toml::from_str(config).unwrap_or_default();
+    wanted
+        .iter()
+        .filter(|t| {
+            let mut table = Some(&doc);
+            for part in toml_path(&t.table) {
+                table = table
+                    .and_then(|tb| tb.get(part.as_str()))
+                    .and_then(|v| v.as_table());
+            }
+            let have = table.and_then(|tb| tb.get(t.key)).and_then(|v| v.as_str());
+            have != Some(t.value.as_str())
+        })
+        .cloned()
+        .collect()
+}
+
+/// `projects."/a b"` → `["projects", "/a b"]` (the tables this module writes).
+fn toml_path(table: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = table;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('"') {
+            // A quoted key, in JSON's (= TOML's basic string) escaping.
+            let mut end = 0;
+            let b = r.as_bytes();
+            while end < b.len() && b[end] != b'"' {
+                end += if b[end] == b'\\' { 2 } else { 1 };
+            }
+            let lit = &rest[..end + 2];
+            out.push(serde_json::from_str(lit).unwrap_or_default());
+            rest = rest[end + 2..].trim_start_matches('.');
+        } else {
+            let end = rest.find('.').unwrap_or(rest.len());
+            out.push(rest[..end].to_string());
+            rest = rest[end..].trim_start_matches('.');
+        }
+    }
+    out
+}
+
+/// `config` with every entry of `entries` set: a stale value is replaced
+/// where the table is written as this module writes it, a missing table is
+/// appended. `Err` names an entry it cannot place by hand-editing text.
+pub fn codex_trust_apply(config: &str, entries: &[CodexTrust]) -> Result<String, String> {
+    let mut text = config.to_string();
+    for t in entries {
+        let header = format!("[{}]", t.table);
+        let line = format!(
+            "{} = {}",
+            t.key,
+            serde_json::to_string(&t.value).unwrap_or_default()
+        );
+        if let Some(at) = text.find(&header) {
+            let body_start = at + header.len();
+            let body_end = text[body_start..]
+                .find("\n[")
+                .map(|i| body_start + i)
+                .unwrap_or(text.len());
+            let body = &text[body_start..body_end];
+            match body
+                .find(&format!("\n{} ", t.key))
+                .or_else(|| body.find(&format!("\n{}=", t.key)))
+            {
+                Some(k) => {
+                    let ks = body_start + k + 1;
+                    let ke = text[ks..].find('\n').map(|i| ks + i).unwrap_or(text.len());
+                    text.replace_range(ks..ke, &line);
+                }
+                None => text.insert_str(body_start, &format!("\n{line}")),
+            }
+        } else {
+            if toml::from_str::<toml::Table>(&text).is_ok_and(|d| {
+                let p = toml_path(&t.table);
+                d.get(p[0].as_str()).is_some() && p.len() == 1
+            }) {
+                return Err(format!(
+                    "[{}] is written in a form ckpt cannot edit",
+                    t.table
+                ));
+            }
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!("\n{header}\n{line}\n"));
+        }
+    }
+    toml::from_str::<toml::Table>(&text)
+        .map_err(|e| format!("the result would not parse ({e})"))?;
+    if !codex_trust_missing(&text, entries).is_empty() {
+        return Err("an entry is defined elsewhere in a form ckpt cannot edit".into());
+    }
+    Ok(text)
+}
+
+/// Codex's entries for this workspace's `.codex/hooks.json` (empty when
+/// there is no such file).
+pub fn codex_trust_for(ws: &Workspace) -> Result<Vec<CodexTrust>, SettingsError> {
+    let file = file_for(Agent::Codex);
+    let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
+    let Some((doc, _)) = read_settings(ws, &rel, file)? else {
+        return Ok(Vec::new());
+    };
+    let root = std::fs::canonicalize(ws.root()).unwrap_or_else(|_| ws.root().to_path_buf());
+    Ok(codex_trust_entries(&root.display().to_string(), &doc))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +547,44 @@ mod tests {
         let before = doc.clone();
         assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 0);
         assert_eq!(doc, before);
+    }
+
+    #[test]
+    fn codex_trust_hash_is_the_handlers_sorted_identity() {
+        let mut doc = Map::new();
+        merge(Agent::Codex, &mut doc, "ckpt").unwrap();
+        let t = codex_trust_entries("/w", &doc);
+        assert_eq!(t[0].table, "projects.\"/w\"");
+        assert_eq!(t.len(), 5, "{t:?}");
+        let pre = t
+            .iter()
+            .find(|e| e.table.contains(":pre_tool_use:0:0"))
+            .unwrap();
+        let identity = r#"{"event_name":"pre_tool_use","hooks":[{"async":false,"command":"ckpt hook pre --format codex","timeout":30,"type":"command"}],"matcher":"*"}"#;
+        assert_eq!(
+            pre.value,
+            crate::hash::ContentHash::of(identity.as_bytes()).to_string()
+        );
+        let prompt = t
+            .iter()
+            .find(|e| e.table.contains(":user_prompt_submit:0:0"))
+            .unwrap();
+        let identity = r#"{"event_name":"user_prompt_submit","hooks":[{"async":false,"command":"ckpt hook prompt --format codex","timeout":30,"type":"command"}]}"#;
+        assert_eq!(
+            prompt.value,
+            crate::hash::ContentHash::of(identity.as_bytes()).to_string()
+        );
+        // Applied to a config with other content and a stale hash.
+        let stale = format!(
+            "model = \"m\"\n\n[{}]\ntrusted_hash = \"sha256:00\"\n",
+            pre.table
+        );
+        assert_eq!(codex_trust_missing(&stale, &t).len(), 5);
+        let done = codex_trust_apply(&stale, &codex_trust_missing(&stale, &t)).unwrap();
+        assert!(codex_trust_missing(&done, &t).is_empty(), "{done}");
+        assert!(done.starts_with("model = \"m\"\n"), "{done}");
+        assert_eq!(done.matches(&pre.table).count(), 1, "{done}");
+        assert_eq!(codex_trust_apply(&done, &[]).unwrap(), done);
     }
 
     #[test]

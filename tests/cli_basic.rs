@@ -512,3 +512,61 @@ fn claude_hooks_go_where_a_session_started_in_a_subdirectory_reads_them() {
         "{log:#}"
     );
 }
+
+#[test]
+fn codex_hooks_are_trusted_only_with_consent_and_the_gap_is_said() {
+    let env = TestEnv::new();
+    let codex_home = env.home.join("codex-home");
+    let config = codex_home.join("config.toml");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(&config, "model = \"m\"\n").unwrap();
+    let home = codex_home.to_str().unwrap();
+    let r = env.ckpt_env(&["init", "--hooks", "codex"], &[("CODEX_HOME", home)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("Codex will not run these hooks") && r.stderr.contains("--trust"),
+        "the untrusted state is said: {}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "model = \"m\"\n",
+        "nothing written without --trust"
+    );
+    let r = env.ckpt_env(
+        &["init", "--hooks", "codex", "--trust"],
+        &[("CODEX_HOME", home)],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("wrote 5 trust entries"), "{}", r.stdout);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let doc: toml::Table = toml::from_str(&text).unwrap();
+    assert_eq!(doc["model"].as_str(), Some("m"), "the rest is kept");
+    let root = std::fs::canonicalize(&env.ws)
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(
+        doc["projects"][&root]["trust_level"].as_str(),
+        Some("trusted")
+    );
+    let state = doc["hooks"]["state"].as_table().unwrap();
+    let key = format!("{root}/.codex/hooks.json:pre_tool_use:0:0");
+    assert!(
+        state[&key]["trusted_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{text}"
+    );
+    // Trusted now: said, and nothing more written.
+    let r = env.ckpt_env(&["init", "--hooks", "codex"], &[("CODEX_HOME", home)]);
+    assert!(
+        r.stdout.contains("Codex trusts this project"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stderr.contains("warning"), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
+    assert_eq!(env.ckpt(&["init", "--hooks", "claude", "--trust"]).code, 2);
+}

@@ -11,6 +11,100 @@ pub struct Args {
     /// With --hooks: take ckpt's hooks out of that agent's settings file again
     #[arg(long, requires = "hooks")]
     remove: bool,
+    /// With --hooks codex: also write the entries that make Codex trust this
+    /// project and ckpt's hooks into $CODEX_HOME/config.toml (~/.codex)
+    #[arg(long, requires = "hooks", conflicts_with = "remove")]
+    trust: bool,
+}
+
+/// `$CODEX_HOME/config.toml`, or `~/.codex/config.toml`.
+fn codex_config() -> Option<std::path::PathBuf> {
+    let home = match std::env::var_os("CODEX_HOME") {
+        Some(h) if !h.is_empty() => std::path::PathBuf::from(h),
+        _ => std::path::PathBuf::from(std::env::var_os("HOME")?).join(".codex"),
+    };
+    Some(home.join("config.toml"))
+}
+
+/// After `--hooks codex`: Codex runs project hooks only once they are
+/// trusted. With `--trust` the entries are written (and said so); without,
+/// what is missing is printed with the way to add it.
+fn codex_trust(
+    ui: &mut Ui,
+    ws: &ckpt::Workspace,
+    write: bool,
+) -> Result<serde_json::Value, CommandError> {
+    use ckpt::agent_settings as s;
+    let err = |e: String| CommandError::new(super::error::ERROR, e);
+    let entries = s::codex_trust_for(ws).map_err(|e| err(super::error::one_line(&e)))?;
+    let Some(path) = codex_config() else {
+        return Err(err(
+            "cannot tell where Codex keeps its config: set CODEX_HOME or HOME".into(),
+        ));
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(err(format!("cannot read `{}`: {e}", path.display()))),
+    };
+    let missing = s::codex_trust_missing(&text, &entries);
+    let toml_text = |m: &[s::CodexTrust]| {
+        m.iter()
+            .map(|t| {
+                format!(
+                    "[{}]\n{} = {}\n",
+                    t.table,
+                    t.key,
+                    serde_json::to_string(&t.value).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if missing.is_empty() {
+        if !ui.json {
+            ui.line(&format!(
+                "Codex trusts this project and ckpt's hooks ({})",
+                path.display()
+            ))?;
+        }
+        return Ok(serde_json::json!({"config": path, "trusted": true, "written": 0}));
+    }
+    if !write {
+        super::ui::note(&format!(
+            "warning: Codex will not run these hooks, and says nothing, until it trusts them: run `ckpt init --hooks codex --trust` to add {} entries to {}, or add them yourself:\n{}",
+            missing.len(),
+            path.display(),
+            toml_text(&missing)
+        ));
+        return Ok(serde_json::json!({"config": path, "trusted": false, "missing": missing.len()}));
+    }
+    let new = s::codex_trust_apply(&text, &missing).map_err(|e| {
+        err(format!(
+            "cannot add Codex's trust entries to `{}`: {e}; add them by hand:\n{}",
+            path.display(),
+            toml_text(&missing)
+        ))
+    })?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| err(format!("cannot create `{}`: {e}", dir.display())))?;
+    }
+    let tmp = path.with_extension("toml.ckpt-tmp");
+    std::fs::write(&tmp, new.as_bytes())
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| err(format!("cannot write `{}`: {e}", path.display())))?;
+    if !ui.json {
+        ui.line(&format!(
+            "wrote {} trust entries for this project and ckpt's hooks to {}:",
+            missing.len(),
+            path.display()
+        ))?;
+        for l in toml_text(&missing).lines() {
+            ui.line(&format!("  {l}"))?;
+        }
+    }
+    Ok(serde_json::json!({"config": path, "trusted": true, "written": missing.len()}))
 }
 
 /// How agents should run ckpt: this binary's absolute path when it is
@@ -37,6 +131,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         ),
         None => None,
     };
+    if args.trust && agent != Some(ckpt::agent_settings::Agent::Codex) {
+        return Err(CommandError::usage(
+            "--trust is for --hooks codex (the other agents need no trust entries)",
+        ));
+    }
     if let (Some(agent), true) = (agent, args.remove) {
         let ws = ctx.open_read_only()?;
         let h = ckpt::agent_settings::uninstall(&ws, agent)
@@ -62,7 +161,12 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         None => None,
     };
     if ui.json {
+        let trust = match agent {
+            Some(ckpt::agent_settings::Agent::Codex) => Some(codex_trust(ui, &ws, args.trust)?),
+            _ => None,
+        };
         ui.json(&serde_json::json!({
+            "codex_trust": trust,
             "workspace": ws.root().display().to_string(),
             "created": stats.created,
             "wrote_config": stats.wrote_config,
@@ -84,6 +188,9 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
                 h.file
             ))?;
         }
+    }
+    if agent == Some(ckpt::agent_settings::Agent::Codex) {
+        codex_trust(ui, &ws, args.trust)?;
     }
     if hooks.is_some() && !stats.created {
         return Ok(OK);
