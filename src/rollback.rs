@@ -373,6 +373,17 @@ struct Selection<'r> {
     undo_to: Option<Option<String>>,
     /// For `redo`: the undo taken back.
     redo_of: Option<String>,
+    /// Every agent patch in effect, oldest first.
+    live: Vec<&'r FilePatch>,
+    /// Whether a selected change is checked against the agent's later
+    /// changes that stay in effect (every selector but `--action` and
+    /// `redo`, which take ckpt's own patches out as they are).
+    rewind: bool,
+    /// Flags-only entries the action being undone left (`--action`, `redo`).
+    pseudo: Vec<(RelPath, String)>,
+    /// `--to`: paths where ckpt's own later changes are taken back even if
+    /// no agent change moves.
+    reset_paths: BTreeSet<RelPath>,
 }
 
 fn checkpoint_seq(records: &[Record], ck: &str) -> Option<u64> {
@@ -395,6 +406,10 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
         touched: Vec::new(),
         undo_to: None,
         redo_of: None,
+        live: live.iter().map(|(_, p)| *p).collect(),
+        rewind: !matches!(sel, Selector::Action(_) | Selector::Redo),
+        pseudo: Vec::new(),
+        reset_paths: BTreeSet::new(),
     };
     let agent_patches = || {
         records.iter().filter_map(|r| match &r.body {
@@ -428,6 +443,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
                 .map(|(_, p)| p)
                 .chain(out.redo.iter().copied())
                 .collect();
+            out.reset_paths = now.ckpt_paths_after(upto);
             for r in records.iter().filter(|r| r.seq > upto) {
                 if let Body::ToolCall(c) = &r.body {
                     out.calls.insert(c.call.clone());
@@ -439,7 +455,8 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
                 None
             } else {
                 // The newest checkpoint before the newest change in effect.
-                let newest = live.last().map(|(r, _)| r.seq);
+                // Turns are told by when the agent made the changes.
+                let newest = live.iter().map(|(r, _)| r.seq).max();
                 newest.and_then(|n| {
                     records.iter().rev().find_map(|r| match &r.body {
                         Body::Checkpoint(c) if c.upto_seq < n => {
@@ -492,8 +509,11 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
         }
         Selector::Last(n) => {
             // The newest N calls with a change still in effect.
+            // By when the calls made them.
+            let mut by_record = live.clone();
+            by_record.sort_by_key(|(r, _)| r.seq);
             let mut order: Vec<&str> = Vec::new();
-            for (_, p) in live.iter().rev() {
+            for (_, p) in by_record.iter().rev() {
                 if !order.contains(&p.call.as_str()) {
                     if order.len() == *n {
                         break;
@@ -520,6 +540,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
                     })
                     .collect();
                 out.touched = out.undo.clone();
+                out.pseudo = now.live_pseudo_of(&a);
                 out.redo_of = Some(a);
             }
         }
@@ -537,6 +558,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
             });
             out.touched = mine.clone().collect();
             out.undo = mine.filter(|p| now.live(&p.patch)).collect();
+            out.pseudo = now.live_pseudo_of(a);
         }
     }
     if matches!(
@@ -573,13 +595,20 @@ fn redo_target(records: &[Record]) -> Option<String> {
             _ => None,
         })
         .collect();
+    // Newest first: the undo's start record orders them.
     records.iter().rev().find_map(|r| match &r.body {
-        Body::FilePatch(p)
-            if p.source == PatchSource::Rollback
-                && undos.contains(p.call.as_str())
-                && now.live(&p.patch) =>
+        Body::Action(a)
+            if a.status == ActionStatus::Started
+                && undos.contains(a.action.as_str())
+                && (!now.live_pseudo_of(&a.action).is_empty()
+                    || records.iter().any(|x| {
+                        matches!(&x.body, Body::FilePatch(p)
+                            if p.call == a.action
+                                && p.source == PatchSource::Rollback
+                                && now.live(&p.patch))
+                    })) =>
         {
-            Some(p.call.clone())
+            Some(a.action.clone())
         }
         _ => None,
     })
@@ -908,20 +937,16 @@ impl<'w> Planner<'w> {
     /// Undoes one step: a patch, or a run of one path's patches that follow
     /// each other (`ids`, newest first) taken as one net patch. With `redo`,
     /// `p` is reversed: undoing it puts the patches `ids` back.
-    fn undo(&mut self, p: &FilePatch, ids: &[String], redo: bool) -> Result<(), WorkspaceError> {
+    fn undo(&mut self, p: &FilePatch, ids: &[String], step: Step) -> Result<(), WorkspaceError> {
         if p.op == PatchOp::Rename
             && let Some(from) = &p.from_path
         {
-            return self.undo_rename(p, from, redo);
+            return self.undo_rename(p, from, ids, step);
         }
         let rel = p.path.clone();
         self.load(&rel)?;
         let info = self.info.entry(rel.clone()).or_default();
-        if redo {
-            info.redone.extend(ids.iter().cloned());
-        } else {
-            info.patches.extend(ids.iter().cloned());
-        }
+        step.note(info, ids);
         if info.conflict.is_some() || info.failed.is_some() {
             return Ok(());
         }
@@ -929,6 +954,69 @@ impl<'w> Planner<'w> {
         let d = self.decide(p, &cur)?;
         self.apply_decision(&rel, p, d);
         Ok(())
+    }
+
+    /// Holds `p`'s path with a conflict (`reason`) instead of undoing it.
+    fn hold(
+        &mut self,
+        p: &FilePatch,
+        ids: &[String],
+        step: Step,
+        reason: &'static str,
+    ) -> Result<(), WorkspaceError> {
+        for r in std::iter::once(&p.path).chain(p.from_path.as_ref()) {
+            self.load(r)?;
+            let info = self.info.entry(r.clone()).or_default();
+            step.note(info, ids);
+            if info.conflict.is_none() && info.failed.is_none() {
+                info.conflict = Some((reason, p.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the patches `on_top` (in effect, staying, oldest first) were
+    /// built on the change being taken out or put back: replayed from
+    /// `base` (the path's content without it) on recorded contents alone,
+    /// one of them does not apply, or applies as a no-op (its change was
+    /// to the lines in question), or is a rename. Then there is no right
+    /// answer, as for `git revert`.
+    fn built_on(
+        &self,
+        base: Option<ContentHash>,
+        on_top: &[&FilePatch],
+    ) -> Result<bool, WorkspaceError> {
+        let mut state: Option<Vec<u8>> = match base {
+            None => None,
+            Some(h) => match self.blob(&Some(h))? {
+                Ok(b) => Some(b),
+                Err(_) => return Ok(true),
+            },
+        };
+        for q in on_top {
+            if q.op == PatchOp::Rename || q.binary {
+                return Ok(true);
+            }
+            let (Ok(qb), Ok(qa)) = (self.blob(&q.before_hash)?, self.blob(&q.after_hash)?) else {
+                return Ok(true);
+            };
+            state = match (&state, q.before_hash.is_some(), q.after_hash.is_some()) {
+                // Created, deleted, or changed, by the path's presence.
+                (None, false, true) => Some(qa),
+                (Some(s), true, false) if *s == qb => None,
+                (Some(s), true, true) => {
+                    if s.len() as u64 > self.merge_max {
+                        return Ok(true);
+                    }
+                    match merge::undo_patch(&qa, &qb, s) {
+                        Ok(MergeOutcome::Clean(out)) if out != *s => Some(out),
+                        _ => return Ok(true),
+                    }
+                }
+                _ => return Ok(true),
+            };
+        }
+        Ok(false)
     }
 
     fn apply_decision(&mut self, rel: &RelPath, p: &FilePatch, d: Decision) {
@@ -951,18 +1039,14 @@ impl<'w> Planner<'w> {
         &mut self,
         p: &FilePatch,
         from: &RelPath,
-        redo: bool,
+        ids: &[String],
+        step: Step,
     ) -> Result<(), WorkspaceError> {
         let to = p.path.clone();
         self.load(&to)?;
         self.load(from)?;
         for r in [&to, from] {
-            let info = self.info.entry(r.clone()).or_default();
-            if redo {
-                info.redone.push(p.patch.clone());
-            } else {
-                info.patches.push(p.patch.clone());
-            }
+            step.note(self.info.entry(r.clone()).or_default(), ids);
         }
         let blocked = [&to, from].iter().any(|r| {
             let i = &self.info[*r];
@@ -1034,15 +1118,7 @@ fn plan(
         )));
     }
     let undo: Vec<&FilePatch> = sel.undo.iter().copied().filter(keep).collect();
-    let redo: Vec<FilePatch> = sel
-        .redo
-        .iter()
-        .rev()
-        .copied()
-        .filter(keep)
-        .map(reversed)
-        .collect();
-    let redo: Vec<&FilePatch> = redo.iter().collect();
+    let redo: Vec<&FilePatch> = sel.redo.iter().copied().filter(keep).collect();
     let mut pl = Planner {
         ws,
         merge_max: cfg.merge_max_bytes,
@@ -1050,8 +1126,38 @@ fn plan(
         cur: HashMap::new(),
         info: BTreeMap::new(),
     };
-    // Newest first: what came later is taken out first; then what must come
-    // back, oldest first (a reversed patch undone puts the patch back).
+    let seq: HashMap<&str, u64> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::FilePatch(p) => Some((p.patch.as_str(), r.seq)),
+            _ => None,
+        })
+        .collect();
+    let at = |id: &str| seq.get(id).copied().unwrap_or(0);
+    let undone: BTreeSet<&str> = undo.iter().map(|p| p.patch.as_str()).collect();
+    // The agent patches in effect that stay in effect, by path: a selected
+    // change they were built on cannot be taken out (or put back) under them.
+    let mut staying: HashMap<&RelPath, Vec<&FilePatch>> = HashMap::new();
+    if sel.rewind {
+        for p in sel
+            .live
+            .iter()
+            .filter(|p| !undone.contains(p.patch.as_str()))
+        {
+            staying.entry(&p.path).or_default().push(p);
+            if let Some(f) = &p.from_path {
+                staying.entry(f).or_default().push(p);
+            }
+        }
+    }
+    let later = |path: &RelPath, after: u64| -> Vec<&FilePatch> {
+        staying
+            .get(path)
+            .map(|v| v.iter().copied().filter(|p| at(&p.patch) > after).collect())
+            .unwrap_or_default()
+    };
+    // Taken out newest first, then put back oldest first (a reversed patch
+    // undone puts the patch back).
     for (p, ids) in runs(&undo).iter().rev() {
         let ambiguous = !sel.all_selected && p.candidates.iter().any(|c| !sel.calls.contains(c));
         if ambiguous {
@@ -1063,13 +1169,45 @@ fn plan(
             }
             continue;
         }
-        pl.undo(p, ids, false)?;
+        let first = ids.iter().map(|i| at(i)).min().unwrap_or(0);
+        let on_top = later(&p.path, first);
+        if !on_top.is_empty() && pl.built_on(p.before_hash, &on_top)? {
+            pl.hold(p, ids, Step::Out, "later_call")?;
+            continue;
+        }
+        pl.undo(p, ids, Step::Out)?;
     }
-    for (p, ids) in runs(&redo).iter().rev() {
-        pl.undo(p, ids, true)?;
+    let back: Vec<FilePatch> = redo.iter().rev().map(|p| reversed(p)).collect();
+    let back: Vec<&FilePatch> = back.iter().collect();
+    for (p, ids) in runs(&back).iter().rev() {
+        let last = ids.iter().map(|i| at(i)).max().unwrap_or(0);
+        let on_top = later(&p.path, last);
+        if !on_top.is_empty() && pl.built_on(p.before_hash, &on_top)? {
+            pl.hold(p, ids, Step::Back, "later_call")?;
+            continue;
+        }
+        pl.undo(p, ids, Step::Back)?;
+    }
+    for path in sel.reset_paths.iter().filter(|p| filter.matches(p)) {
+        // Nothing of the agent's moves here, but ckpt's own later change is
+        // taken back with the rest (recorded as `unchanged`).
+        pl.load(path)?;
+        pl.info.entry(path.clone()).or_default();
+    }
+    for (path, id) in &sel.pseudo {
+        // A file an earlier action found already as planned: its flags
+        // flip back, nothing is written.
+        if filter.matches(path) {
+            pl.load(path)?;
+            pl.info
+                .entry(path.clone())
+                .or_default()
+                .patches
+                .push(id.clone());
+        }
     }
     let calls = sel.calls;
-    let picked_len = undo.len() + redo.len();
+    let picked_len = undo.len() + redo.len() + sel.pseudo.len();
     let mut files = Vec::new();
     let mut conflicts = Vec::new();
     for (rel, info) in &pl.info {
@@ -1151,8 +1289,15 @@ fn plan(
     }
     let mut started: HashMap<&str, &str> = HashMap::new();
     for r in records {
-        if let Body::ToolCall(t) = &r.body {
-            started.entry(&t.call).or_insert(&r.ts);
+        match &r.body {
+            Body::ToolCall(t) => {
+                started.entry(&t.call).or_insert(&r.ts);
+            }
+            // A file an earlier rollback re-created goes as the call's did.
+            Body::Action(a) => {
+                started.entry(&a.action).or_insert(&r.ts);
+            }
+            _ => {}
         }
     }
     for f in files.iter_mut().filter(|f| f.result == FileResult::Deleted) {
@@ -1244,6 +1389,24 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
     steps
 }
 
+/// What a planning step does to the bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A selected patch taken out.
+    Out,
+    /// A patch put back in.
+    Back,
+}
+
+impl Step {
+    fn note(self, info: &mut PathInfo, ids: &[String]) {
+        match self {
+            Step::Out => info.patches.extend(ids.iter().cloned()),
+            Step::Back => info.redone.extend(ids.iter().cloned()),
+        }
+    }
+}
+
 /// `p` the other way round: undoing it puts `p` back.
 fn reversed(p: &FilePatch) -> FilePatch {
     let mut r = p.clone();
@@ -1282,6 +1445,9 @@ pub fn conflict_reason_text(reason: &str) -> &'static str {
         "rename_source_taken" => "the agent renamed this file and its old path is taken now",
         "ambiguous_attribution" => {
             "this change may belong to a call outside the selection (calls overlapped)"
+        }
+        "later_call" => {
+            "a later call changed the same lines, so this change cannot be taken out (or put back) under it"
         }
         "merge_failed" => "the three-way merge could not run",
         "uncertain_call_diverged" => {

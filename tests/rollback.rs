@@ -848,7 +848,10 @@ fn t30_session_rollback_keeps_the_other_sessions_edits() {
     let (code, v) = rollback(&env, &["--session", "A"]);
     assert_eq!(code, 3, "{v:#}");
     expect_results(&v, &[("shared.txt", "conflict")]);
-    assert_eq!(v["conflicts"][0]["reason"], "overlap");
+    assert_eq!(
+        v["conflicts"][0]["reason"], "later_call",
+        "A's change cannot be taken out under B's"
+    );
     assert_eq!(
         read(&env, "shared.txt"),
         lines_with(N, &[(5, "B five")]).as_bytes()

@@ -173,7 +173,17 @@ fn without_user_edits_rollback_restores_every_byte_and_its_undo_returns_the_agen
             again.files
         );
         assert_eq!(read_all(root), initial, "case {case}: second rollback");
-        // The undo of the rollback is the agent's state, byte for byte.
+        // The second `--to` took the first rollback back (rollbacks made
+        // after the checkpoint are): undoing both, newest first, is the
+        // agent's state, byte for byte.
+        let flags = run(&ws, Selector::Action(again.action.clone()));
+        assert_eq!(read_all(root), initial, "case {case}: undo of a no-op");
+        assert!(
+            flags
+                .files
+                .iter()
+                .all(|f| f.result == FileResult::Unchanged)
+        );
         run(&ws, Selector::Action(rep.action.clone()));
         assert_eq!(read_all(root), agent_state, "case {case}: redo");
         assert!(ws.verify().unwrap().ok, "case {case}: verify");
