@@ -122,7 +122,7 @@ impl<'r> Effects<'r> {
                         e.live.insert(p.patch.clone());
                     } else if p.source == PatchSource::Rollback {
                         let flips = match modes.get(p.call.as_str()) {
-                            Some(m) => e.flips_for(m, &p.path, &snapshots),
+                            Some(m) => e.effective(e.flips_for(m, &p.path, &snapshots)),
                             None => Vec::new(),
                         };
                         e.apply(&flips);
@@ -168,7 +168,7 @@ impl<'r> Effects<'r> {
                             let Some(path) = path_of(f) else {
                                 continue;
                             };
-                            let flips = e.flips_for(&mode, &path, &snapshots);
+                            let flips = e.effective(e.flips_for(&mode, &path, &snapshots));
                             if flips.is_empty() {
                                 continue;
                             }
@@ -239,6 +239,24 @@ impl<'r> Effects<'r> {
             }
         }
         v
+    }
+
+    /// The flips of `flips` that change something, in order (a flip to
+    /// the state an id is already in is dropped), so that undoing them
+    /// restores exactly what was.
+    fn effective(&self, flips: Vec<(String, bool)>) -> Vec<(String, bool)> {
+        let mut now: HashMap<String, bool> = HashMap::new();
+        let mut out = Vec::new();
+        for (id, on) in flips {
+            let cur = *now
+                .entry(id.clone())
+                .or_insert_with(|| self.live.contains(&id));
+            if cur != on {
+                now.insert(id.clone(), on);
+                out.push((id, on));
+            }
+        }
+        out
     }
 
     fn apply(&mut self, flips: &[(String, bool)]) {
