@@ -332,6 +332,31 @@ fn restore_labels(merged: &[u8], size: usize, labels: &Labels) -> Vec<u8> {
     out
 }
 
+/// Whether the changes from `base` to `a` and from `base` to `b` touch the
+/// same lines of `base` (overlapping or adjacent ranges, or insertions at
+/// the same place), identical changes included: what a three-way merge
+/// takes in silence when both sides made the same edit. Lines split at
+/// `\n`, as everywhere.
+pub fn changes_overlap(base: &[u8], a: &[u8], b: &[u8]) -> bool {
+    let ranges = |other: &[u8]| -> Vec<(usize, usize)> {
+        let old: Vec<&[u8]> = crate::patch::lines(base).collect();
+        let new: Vec<&[u8]> = crate::patch::lines(other).collect();
+        similar::capture_diff_slices(similar::Algorithm::Myers, &old, &new)
+            .into_iter()
+            .filter(|op| !matches!(op, similar::DiffOp::Equal { .. }))
+            .map(|op| {
+                let r = op.old_range();
+                (r.start, r.end)
+            })
+            .collect()
+    };
+    let (ra, rb) = (ranges(a), ranges(b));
+    // [s, e) ranges of base lines; an insertion is the empty range at its
+    // place. Touching counts: a merge cannot keep the two apart either.
+    ra.iter()
+        .any(|&(s1, e1)| rb.iter().any(|&(s2, e2)| s1 <= e2 && s2 <= e1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +379,30 @@ mod tests {
             ),
             other => panic!("expected a conflict, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn overlapping_changes_are_told_even_when_identical() {
+        let base = b"a\nb\nc\nd\ne\nf\ng\n";
+        // The same deletion on both sides: clean for a merge, an overlap here.
+        assert!(changes_overlap(
+            base,
+            b"a\nb\nd\ne\nf\ng\n",
+            b"a\nb\nd\ne\nf\nG\n"
+        ));
+        // Far apart: no overlap.
+        assert!(!changes_overlap(
+            base,
+            b"A\nb\nc\nd\ne\nf\ng\n",
+            b"a\nb\nc\nd\ne\nf\nG\n"
+        ));
+        // Insertions at the same place.
+        assert!(changes_overlap(
+            base,
+            b"a\nx\nb\nc\nd\ne\nf\ng\n",
+            b"a\ny\nb\nc\nd\ne\nf\ng\n"
+        ));
+        assert!(!changes_overlap(base, base, b"A\nb\nc\nd\ne\nf\ng\n"));
     }
 
     #[test]

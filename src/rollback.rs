@@ -975,46 +975,46 @@ impl<'w> Planner<'w> {
         Ok(())
     }
 
-    /// Whether the patches `on_top` (in effect, staying, oldest first) were
-    /// built on the change being taken out or put back: replayed from
-    /// `base` (the path's content without it) on recorded contents alone,
-    /// one of them does not apply, or applies as a no-op (its change was
-    /// to the lines in question), or is a rename. Then there is no right
-    /// answer, as for `git revert`.
-    fn built_on(
-        &self,
-        base: Option<ContentHash>,
-        on_top: &[&FilePatch],
-    ) -> Result<bool, WorkspaceError> {
-        let mut state: Option<Vec<u8>> = match base {
-            None => None,
-            Some(h) => match self.blob(&Some(h))? {
-                Ok(b) => Some(b),
-                Err(_) => return Ok(true),
-            },
+    /// Whether any of the patches `on_top` (in effect, staying, later on
+    /// the same path) was built on the change `step` takes back (`step`'s
+    /// after → before): on recorded contents alone, the lines `step`
+    /// changes, found in each one's before, overlap the lines it changed
+    /// (identical edits included), or `step` cannot even be taken out of
+    /// its before, or either is a creation, deletion or rename. Then there is
+    /// no right answer, as for `git revert`.
+    fn built_on(&self, step: &FilePatch, on_top: &[&FilePatch]) -> Result<bool, WorkspaceError> {
+        if step.before_hash.is_none() || step.after_hash.is_none() || step.binary {
+            return Ok(true);
+        }
+        let (Ok(sb), Ok(sa)) = (self.blob(&step.before_hash)?, self.blob(&step.after_hash)?) else {
+            return Ok(true);
         };
         for q in on_top {
-            if q.op == PatchOp::Rename || q.binary {
+            if q.op == PatchOp::Rename
+                || q.binary
+                || q.before_hash.is_none()
+                || q.after_hash.is_none()
+            {
                 return Ok(true);
             }
             let (Ok(qb), Ok(qa)) = (self.blob(&q.before_hash)?, self.blob(&q.after_hash)?) else {
                 return Ok(true);
             };
-            state = match (&state, q.before_hash.is_some(), q.after_hash.is_some()) {
-                // Created, deleted, or changed, by the path's presence.
-                (None, false, true) => Some(qa),
-                (Some(s), true, false) if *s == qb => None,
-                (Some(s), true, true) => {
-                    if s.len() as u64 > self.merge_max {
-                        return Ok(true);
-                    }
-                    match merge::undo_patch(&qa, &qb, s) {
-                        Ok(MergeOutcome::Clean(out)) if out != *s => Some(out),
-                        _ => return Ok(true),
-                    }
-                }
+            if [&sb, &sa, &qb, &qa]
+                .iter()
+                .any(|b| b.len() as u64 > self.merge_max)
+            {
+                return Ok(true);
+            }
+            // `q`'s before without `step`'s change: the lines in question are
+            // where it differs from `q`'s before.
+            let without = match merge::undo_patch(&sb, &sa, &qb) {
+                Ok(MergeOutcome::Clean(out)) => out,
                 _ => return Ok(true),
             };
+            if merge::changes_overlap(&qb, &without, &qa) {
+                return Ok(true);
+            }
         }
         Ok(false)
     }
@@ -1171,7 +1171,7 @@ fn plan(
         }
         let first = ids.iter().map(|i| at(i)).min().unwrap_or(0);
         let on_top = later(&p.path, first);
-        if !on_top.is_empty() && pl.built_on(p.before_hash, &on_top)? {
+        if !on_top.is_empty() && pl.built_on(p, &on_top)? {
             pl.hold(p, ids, Step::Out, "later_call")?;
             continue;
         }
@@ -1182,7 +1182,7 @@ fn plan(
     for (p, ids) in runs(&back).iter().rev() {
         let last = ids.iter().map(|i| at(i)).max().unwrap_or(0);
         let on_top = later(&p.path, last);
-        if !on_top.is_empty() && pl.built_on(p.before_hash, &on_top)? {
+        if !on_top.is_empty() && pl.built_on(p, &on_top)? {
             pl.hold(p, ids, Step::Back, "later_call")?;
             continue;
         }
