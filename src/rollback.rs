@@ -979,8 +979,9 @@ impl<'w> Planner<'w> {
     /// the same path) was built on the change `step` takes back (`step`'s
     /// after → before): on recorded contents alone, the lines `step`
     /// changes, found in each one's before, overlap the lines it changed
-    /// (identical edits included), or `step` cannot even be taken out of
-    /// its before, or either is a creation, deletion or rename. Then there is
+    /// (identical edits included), or either is a creation, deletion or
+    /// rename. A later change whose before does not hold `step`'s change
+    /// (it was out then, and put back since) was not built on it. Then there is
     /// no right answer, as for `git revert`.
     fn built_on(&self, step: &FilePatch, on_top: &[&FilePatch]) -> Result<bool, WorkspaceError> {
         if step.before_hash.is_none() || step.after_hash.is_none() || step.binary {
@@ -1009,8 +1010,11 @@ impl<'w> Planner<'w> {
             // `q`'s before without `step`'s change: the lines in question are
             // where it differs from `q`'s before.
             let without = match merge::undo_patch(&sb, &sa, &qb) {
-                Ok(MergeOutcome::Clean(out)) => out,
-                _ => return Ok(true),
+                Ok(MergeOutcome::Clean(out)) if out != qb => out,
+                // `step`'s change is not in its before (it was out when that
+                // change was made, and came back later): not built on it.
+                Ok(_) => continue,
+                Err(_) => return Ok(true),
             };
             if merge::changes_overlap(&qb, &without, &qa) {
                 return Ok(true);
@@ -1287,15 +1291,27 @@ fn plan(
     for p in undo.iter().copied() {
         by_id.insert(&p.patch, p);
     }
-    let mut started: HashMap<&str, &str> = HashMap::new();
+    let mut started: HashMap<&str, u64> = HashMap::new();
     for r in records {
         match &r.body {
             Body::ToolCall(t) => {
-                started.entry(&t.call).or_insert(&r.ts);
+                if let Some(ms) = crate::ids::parse_rfc3339(&r.ts) {
+                    started.entry(&t.call).or_insert(ms);
+                }
             }
-            // A file an earlier rollback re-created goes as the call's did.
+            // A file an earlier rollback re-created goes as the call's did:
+            // from when that action began (before its first write, which
+            // its plan's record follows).
             Body::Action(a) => {
-                started.entry(&a.action).or_insert(&r.ts);
+                let ms = a
+                    .plan
+                    .as_ref()
+                    .and_then(|p| p.get("began_ms"))
+                    .and_then(Value::as_u64)
+                    .or_else(|| crate::ids::parse_rfc3339(&r.ts));
+                if let Some(ms) = ms {
+                    started.entry(&a.action).or_insert(ms);
+                }
             }
             _ => {}
         }
@@ -1308,7 +1324,7 @@ fn plan(
             .filter(|p| p.before_hash.is_none() || p.op == PatchOp::Rename)
             .filter_map(|p| started.get(p.call.as_str()))
             .min()
-            .map(|s| s.to_string());
+            .map(|&ms| crate::ids::rfc3339(ms));
     }
     // Merged contents are new: keep them for the write (stored at run time).
     // What the selected calls changed but could not record (F47).
@@ -1569,6 +1585,8 @@ pub(crate) fn run_plan_settling(
     let mut plan_value = json!({
         "files": report.files,
         "patches": report.patches,
+        // Before the first directory this action may make (`dirs_since`).
+        "began_ms": ws.clock().now_ms(),
     });
     if let Some(c) = &settle {
         plan_value["settle"] = json!(c);
