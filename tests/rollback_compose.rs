@@ -512,7 +512,9 @@ fn directories_the_agent_made_go_with_its_files_and_come_back_with_a_redo() {
     let c0 = checkpoint(&env);
     exec(
         &env,
-        "mkdir -p new/deep/er && echo x > new/deep/er/x.txt && echo y > new/y.txt && echo k2 > keep/k2.txt && mkdir -p keep/sub && echo s > keep/sub/s.txt && echo e > empty_before/e.txt",
+        // The pause dates the directories clearly after the call began,
+        // whatever the kernel's tick (its file times lag by up to one).
+        "sleep 0.03; mkdir -p new/deep/er && echo x > new/deep/er/x.txt && echo y > new/y.txt && echo k2 > keep/k2.txt && mkdir -p keep/sub && echo s > keep/sub/s.txt && echo e > empty_before/e.txt",
     );
     let (code, v) = ckj(&env, &["rollback", "--to", &c0]);
     assert_eq!(code, 0, "{v:#}");
