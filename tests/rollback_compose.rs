@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Run, TestEnv};
+use crate::common::{Run, TestEnv, git};
 use crate::hooks::hook;
 
 const FAST: (&str, &str) = ("CKPT_TEST_FSYNC", "0");
@@ -23,26 +23,6 @@ fn ckj(env: &TestEnv, args: &[&str]) -> (i32, Value) {
         r.json()
     };
     (r.code, v)
-}
-
-fn git(env: &TestEnv, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(&env.ws)
-        .env("HOME", &env.home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@e")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@e")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A git repository holding `files`, committed, with `ckpt init` run.

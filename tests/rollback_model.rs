@@ -87,7 +87,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::common::{Rng, Run, TestEnv, run_with_stdin, seed};
+use crate::common::{Rng, Run, TestEnv, git, run_with_stdin, seed};
 
 /// Rollback tests do not need real syncs.
 const FAST: (&str, &str) = ("CKPT_TEST_FSYNC", "0");
@@ -468,25 +468,6 @@ struct H {
 
 fn sha(b: &[u8]) -> String {
     ckpt::ContentHash::of(b).to_string()
-}
-
-fn git(env: &TestEnv, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(&env.ws)
-        .env("HOME", &env.home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@e")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@e")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// One entry of a directory tree.

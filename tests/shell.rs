@@ -4,33 +4,7 @@
 
 use std::os::unix::fs::{PermissionsExt, symlink};
 
-use crate::common::TestEnv;
-
-/// Runs git in the workspace; returns its stdout.
-fn git(env: &TestEnv, args: &[&str]) -> String {
-    git_at(&env.ws, &env.home, args)
-}
-
-/// [`git`] in another directory.
-fn git_at(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@e")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@e")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::common::{TestEnv, git, git_at};
 
 fn has_git() -> bool {
     std::process::Command::new("git")

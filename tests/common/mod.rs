@@ -173,3 +173,30 @@ pub fn run_with_stdin_cmd(mut c: Command, stdin: &[u8]) -> Run {
     drop(input);
     run(child.wait_with_output().unwrap())
 }
+
+/// Runs `git ARGS` in the workspace, with a fixed identity and no system or
+/// user configuration; it must succeed. Returns its stdout.
+pub fn git(env: &TestEnv, args: &[&str]) -> String {
+    git_at(&env.ws, &env.home, args)
+}
+
+/// [`git`] in another directory.
+pub fn git_at(dir: &Path, home: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@e")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@e")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
