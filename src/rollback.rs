@@ -310,13 +310,7 @@ fn git_moved(
     if written.is_empty() {
         return None;
     }
-    let ids: HashMap<&str, u64> = records
-        .iter()
-        .filter_map(|r| match &r.body {
-            Body::FilePatch(p) => Some((p.patch.as_str(), r.seq)),
-            _ => None,
-        })
-        .collect();
+    let ids = patch_seqs(records);
     let first = report
         .files
         .iter()
@@ -378,12 +372,23 @@ struct Selection<'r> {
     /// Whether a selected change is checked against the agent's later
     /// changes that stay in effect (every selector but `--action` and
     /// `redo`, which take ckpt's own patches out as they are).
-    rewind: bool,
+    check_later: bool,
     /// Flags-only entries the action being undone left (`--action`, `redo`).
     pseudo: Vec<(RelPath, String)>,
     /// `--to`: paths where ckpt's own later changes are taken back even if
     /// no agent change moves.
     reset_paths: BTreeSet<RelPath>,
+}
+
+/// Each file patch's ledger position, by id.
+fn patch_seqs(records: &[Record]) -> HashMap<&str, u64> {
+    records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::FilePatch(p) => Some((p.patch.as_str(), r.seq)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn checkpoint_seq(records: &[Record], ck: &str) -> Option<u64> {
@@ -407,7 +412,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
         undo_to: None,
         redo_of: None,
         live: live.iter().map(|(_, p)| *p).collect(),
-        rewind: !matches!(sel, Selector::Action(_) | Selector::Redo),
+        check_later: !matches!(sel, Selector::Action(_) | Selector::Redo),
         pseudo: Vec::new(),
         reset_paths: BTreeSet::new(),
     };
@@ -1130,19 +1135,13 @@ fn plan(
         cur: HashMap::new(),
         info: BTreeMap::new(),
     };
-    let seq: HashMap<&str, u64> = records
-        .iter()
-        .filter_map(|r| match &r.body {
-            Body::FilePatch(p) => Some((p.patch.as_str(), r.seq)),
-            _ => None,
-        })
-        .collect();
+    let seq = patch_seqs(records);
     let at = |id: &str| seq.get(id).copied().unwrap_or(0);
     let undone: BTreeSet<&str> = undo.iter().map(|p| p.patch.as_str()).collect();
     // The agent patches in effect that stay in effect, by path: a selected
     // change they were built on cannot be taken out (or put back) under them.
     let mut staying: HashMap<&RelPath, Vec<&FilePatch>> = HashMap::new();
-    if sel.rewind {
+    if sel.check_later {
         for p in sel
             .live
             .iter()

@@ -16,16 +16,16 @@ use crate::common::{Run, TestEnv};
 use crate::hooks::hook;
 
 /// Process-crash tests do not need real syncs (RELIABILITY, engineering rules).
-const FAST: (&str, &str) = ("CKPT_TEST_FSYNC", "0");
+pub(crate) const FAST: (&str, &str) = ("CKPT_TEST_FSYNC", "0");
 
 // ------------------------------------------------------------------ helpers
 
-fn ck(env: &TestEnv, args: &[&str]) -> Run {
+pub(crate) fn ck(env: &TestEnv, args: &[&str]) -> Run {
     env.ckpt_env(args, &[FAST])
 }
 
 /// Runs `ckpt ARGS --json`; returns the exit code and the document.
-fn ckj(env: &TestEnv, args: &[&str]) -> (i32, Value) {
+pub(crate) fn ckj(env: &TestEnv, args: &[&str]) -> (i32, Value) {
     let mut a = args.to_vec();
     a.push("--json");
     let r = ck(env, &a);

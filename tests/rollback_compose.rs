@@ -4,26 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Run, TestEnv, git};
+use crate::common::{TestEnv, git};
 use crate::hooks::hook;
-
-const FAST: (&str, &str) = ("CKPT_TEST_FSYNC", "0");
-
-fn ck(env: &TestEnv, args: &[&str]) -> Run {
-    env.ckpt_env(args, &[FAST])
-}
-
-fn ckj(env: &TestEnv, args: &[&str]) -> (i32, Value) {
-    let mut a = args.to_vec();
-    a.push("--json");
-    let r = ck(env, &a);
-    let v = if r.stdout.trim().is_empty() {
-        Value::Null
-    } else {
-        r.json()
-    };
-    (r.code, v)
-}
+use crate::rollback::{FAST, ck, ckj};
 
 /// A git repository holding `files`, committed, with `ckpt init` run.
 fn repo(files: &[(&str, &str)]) -> TestEnv {
