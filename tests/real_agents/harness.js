@@ -477,9 +477,12 @@ function subdir(agent, sc, settingsEdit) {
   return { d, res, records };
 }
 SCENARIOS['3-subdir'] = (agent) => subdir(agent, '3-subdir');
-// Claude only: the same with the hooks moved to the git root's settings.local.json.
+// Claude only: the same with the hooks in the git root's settings.local.json
+// (where `ckpt init --hooks claude` puts them since session 14; an older
+// ckpt wrote settings.json, which is moved if it is there).
 SCENARIOS['3b-subdir-settings-local'] = (agent) => agent !== 'claude' ? null : subdir(agent, '3b-subdir-settings-local', (ws) => {
-  fs.renameSync(path.join(ws, '.claude/settings.json'), path.join(ws, '.claude/settings.local.json'));
+  const shared = path.join(ws, '.claude/settings.json');
+  if (fs.existsSync(shared)) fs.renameSync(shared, path.join(ws, '.claude/settings.local.json'));
 });
 
 SCENARIOS['4-parallel'] = (agent) => {
