@@ -274,6 +274,20 @@ impl<'r> Effects<'r> {
         self.live.contains(id)
     }
 
+    /// The ids a ckpt patch or flags-only entry flipped when it was made.
+    pub fn flipped_by(&self, id: &str) -> impl Iterator<Item = &str> {
+        self.flips
+            .get(id)
+            .into_iter()
+            .flatten()
+            .map(|(i, _)| i.as_str())
+    }
+
+    /// Every id in effect (agent and ckpt patches, flags-only entries).
+    pub fn live_ids(&self) -> HashSet<String> {
+        self.live.clone()
+    }
+
     /// The agent patches in effect, oldest first, with their records.
     pub fn live_agent(&self) -> Vec<(&'r Record, &'r FilePatch)> {
         let mut v: Vec<_> = self

@@ -17,6 +17,9 @@
 //! deleted path re-created, a file deleted or replaced by a symlink, a patch
 //! that could belong to a call outside the selection. A path with a conflict is
 //! left exactly as it is, and older patches of that path wait with it.
+//! Each step is first rebased past the agent changes it was made on that are
+//! out of effect now ([`Planner::rebase`]), and checked against the agent's
+//! later changes that stay ([`Planner::built_on`], every selector).
 //!
 //! **Doing.** Before the first write: every content the plan overwrites or
 //! writes is in the blob store (synced), the `action` `started` record holds
@@ -28,7 +31,7 @@
 //! which every later command runs: each planned file is compared with its
 //! planned before and after state, so finishing twice changes nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::rc::Rc;
@@ -369,15 +372,16 @@ struct Selection<'r> {
     redo_of: Option<String>,
     /// Every agent patch in effect, oldest first.
     live: Vec<&'r FilePatch>,
-    /// Whether a selected change is checked against the agent's later
-    /// changes that stay in effect (every selector but `--action` and
-    /// `redo`, which take ckpt's own patches out as they are).
-    check_later: bool,
     /// Flags-only entries the action being undone left (`--action`, `redo`).
     pseudo: Vec<(RelPath, String)>,
     /// `--to`: paths where ckpt's own later changes are taken back even if
     /// no agent change moves.
     reset_paths: BTreeSet<RelPath>,
+    /// Every id in effect now (the agent's, ckpt's, flags-only entries).
+    live_ids: HashSet<String>,
+    /// For each ckpt patch: the ids it flipped (taking it out flips them
+    /// back, so they are its own doing, not changes gone from under it).
+    flipped: HashMap<String, HashSet<String>>,
 }
 
 /// Each file patch's ledger position, by id.
@@ -412,9 +416,10 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
         undo_to: None,
         redo_of: None,
         live: live.iter().map(|(_, p)| *p).collect(),
-        check_later: !matches!(sel, Selector::Action(_) | Selector::Redo),
         pseudo: Vec::new(),
         reset_paths: BTreeSet::new(),
+        live_ids: now.live_ids(),
+        flipped: HashMap::new(),
     };
     let agent_patches = || {
         records.iter().filter_map(|r| match &r.body {
@@ -580,6 +585,14 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
             .map(|(_, p)| *p)
             .collect();
     }
+    for p in out.undo.iter().chain(&out.redo) {
+        if p.source == PatchSource::Rollback {
+            out.flipped.insert(
+                p.patch.clone(),
+                now.flipped_by(&p.patch).map(str::to_string).collect(),
+            );
+        }
+    }
     Ok(out)
 }
 
@@ -700,6 +713,9 @@ struct Planner<'w> {
     disk: HashMap<RelPath, Observed>,
     cur: HashMap<RelPath, Virtual>,
     info: BTreeMap<RelPath, PathInfo>,
+    /// Contents made while planning that the store does not hold (a
+    /// change rebased past changes taken out since, see [`Planner::rebase`]).
+    extra: HashMap<ContentHash, Rc<Vec<u8>>>,
 }
 
 fn side(hash: Option<ContentHash>, mode: &Option<String>, perm: Option<u32>) -> PathState {
@@ -809,6 +825,9 @@ impl<'w> Planner<'w> {
         let Some(h) = h else {
             return Ok(Ok(Vec::new()));
         };
+        if let Some(b) = self.extra.get(h) {
+            return Ok(Ok(b.to_vec()));
+        }
         match self.ws.blobs().get(h) {
             Ok(b) => Ok(Ok(b)),
             Err(e) => Ok(Err(e.to_string())),
@@ -853,11 +872,12 @@ impl<'w> Planner<'w> {
                     perm_back(&before, &after, c),
                 )
             };
+            let bytes = match before.hash.and_then(|h| self.extra.get(&h)) {
+                Some(b) => Bytes::Loaded(b.clone()),
+                None => Bytes::InStore,
+            };
             return Ok(Decision::Set(
-                Virtual {
-                    state,
-                    bytes: Bytes::InStore,
-                },
+                Virtual { state, bytes },
                 false,
                 mode_kept.then_some("kept your mode change"),
             ));
@@ -961,6 +981,42 @@ impl<'w> Planner<'w> {
         Ok(())
     }
 
+    /// One planned step: `p` (undoing it takes the change out, or puts it
+    /// back when reversed) rebased past the changes `gone` it was made on,
+    /// and checked against the later changes `on_top` that stay.
+    fn step(
+        &mut self,
+        p: &FilePatch,
+        ids: &[String],
+        step: Step,
+        gone: &[&FilePatch],
+        on_top: &[&FilePatch],
+    ) -> Result<(), WorkspaceError> {
+        let orig = p;
+        let Some(p) = self.rebase(p, gone)? else {
+            return self.hold(orig, ids, step, "built_on_undone");
+        };
+        if p.before_hash == p.after_hash && p.before_mode == p.after_mode && p.op != PatchOp::Rename
+        {
+            return self.noop(&p, ids, step);
+        }
+        if !on_top.is_empty() && self.built_on(&p, on_top)? {
+            return self.hold(orig, ids, step, "later_call");
+        }
+        self.undo(&p, ids, step)?;
+        // A conflict names the change as recorded (its contents are
+        // stored; the rebased ones may not be).
+        if let Some((_, c)) = self
+            .info
+            .get_mut(&orig.path)
+            .and_then(|i| i.conflict.as_mut())
+            && c.patch == orig.patch
+        {
+            *c = orig.clone();
+        }
+        Ok(())
+    }
+
     /// Holds `p`'s path with a conflict (`reason`) instead of undoing it.
     fn hold(
         &mut self,
@@ -1026,6 +1082,91 @@ impl<'w> Planner<'w> {
             }
         }
         Ok(false)
+    }
+
+    /// `p` as it reads without the changes in `gone` (oldest first:
+    /// recorded before it, in effect when it was made, out of effect now):
+    /// each is taken out of both of `p`'s sides, newest first. So a change
+    /// made on top of one taken out since is seen for what it is without
+    /// it, often nothing at all (a call that deleted what an earlier,
+    /// undone call created), and taking it out or putting it back never
+    /// brings back the undone call's work. `None` when a side cannot be
+    /// worked out: `p` changed what the undone change made (no right
+    /// answer). Renames are left as recorded.
+    fn rebase(
+        &mut self,
+        p: &FilePatch,
+        gone: &[&FilePatch],
+    ) -> Result<Option<FilePatch>, WorkspaceError> {
+        if gone.is_empty()
+            || p.op == PatchOp::Rename
+            || gone.iter().any(|d| d.op == PatchOp::Rename)
+        {
+            return Ok(Some(p.clone()));
+        }
+        let mut r = p.clone();
+        for d in gone.iter().rev() {
+            let Some(b) =
+                self.take_out_of(d, side(r.before_hash, &r.before_mode, r.before_perm))?
+            else {
+                return Ok(None);
+            };
+            let Some(a) = self.take_out_of(d, side(r.after_hash, &r.after_mode, r.after_perm))?
+            else {
+                return Ok(None);
+            };
+            (r.before_hash, r.before_mode, r.before_perm) = (b.hash, b.mode, b.perm);
+            (r.after_hash, r.after_mode, r.after_perm) = (a.hash, a.mode, a.perm);
+        }
+        Ok(Some(r))
+    }
+
+    /// Content `x` with the change `d` taken out: `d`'s before where `x`
+    /// is its after, `x` itself where `x` is its before (not in it),
+    /// otherwise a clean three-way merge of text, or `None`.
+    fn take_out_of(
+        &mut self,
+        d: &FilePatch,
+        x: PathState,
+    ) -> Result<Option<PathState>, WorkspaceError> {
+        if x.hash == d.after_hash {
+            return Ok(Some(side(d.before_hash, &d.before_mode, d.before_perm)));
+        }
+        if x.hash == d.before_hash {
+            return Ok(Some(x));
+        }
+        if x.hash.is_none() || d.before_hash.is_none() || d.after_hash.is_none() || d.binary {
+            return Ok(None);
+        }
+        let (Ok(db), Ok(da), Ok(xb)) = (
+            self.blob(&d.before_hash)?,
+            self.blob(&d.after_hash)?,
+            self.blob(&x.hash)?,
+        ) else {
+            return Ok(None);
+        };
+        if [&db, &da, &xb]
+            .iter()
+            .any(|b| b.len() as u64 > self.merge_max)
+        {
+            return Ok(None);
+        }
+        match merge::undo_patch(&db, &da, &xb) {
+            Ok(MergeOutcome::Clean(out)) => {
+                let h = ContentHash::of(&out);
+                self.extra.entry(h).or_insert_with(|| Rc::new(out));
+                Ok(Some(PathState { hash: Some(h), ..x }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A step that, rebased, changes nothing: its patches flip, nothing
+    /// is written for it.
+    fn noop(&mut self, p: &FilePatch, ids: &[String], step: Step) -> Result<(), WorkspaceError> {
+        self.load(&p.path)?;
+        step.note(self.info.entry(p.path.clone()).or_default(), ids);
+        Ok(())
     }
 
     fn apply_decision(&mut self, rel: &RelPath, p: &FilePatch, d: Decision) {
@@ -1134,6 +1275,7 @@ fn plan(
         disk: HashMap::new(),
         cur: HashMap::new(),
         info: BTreeMap::new(),
+        extra: HashMap::new(),
     };
     let seq = patch_seqs(records);
     let at = |id: &str| seq.get(id).copied().unwrap_or(0);
@@ -1141,16 +1283,14 @@ fn plan(
     // The agent patches in effect that stay in effect, by path: a selected
     // change they were built on cannot be taken out (or put back) under them.
     let mut staying: HashMap<&RelPath, Vec<&FilePatch>> = HashMap::new();
-    if sel.check_later {
-        for p in sel
-            .live
-            .iter()
-            .filter(|p| !undone.contains(p.patch.as_str()))
-        {
-            staying.entry(&p.path).or_default().push(p);
-            if let Some(f) = &p.from_path {
-                staying.entry(f).or_default().push(p);
-            }
+    for p in sel
+        .live
+        .iter()
+        .filter(|p| !undone.contains(p.patch.as_str()))
+    {
+        staying.entry(&p.path).or_default().push(p);
+        if let Some(f) = &p.from_path {
+            staying.entry(f).or_default().push(p);
         }
     }
     let later = |path: &RelPath, after: u64| -> Vec<&FilePatch> {
@@ -1158,6 +1298,47 @@ fn plan(
             .get(path)
             .map(|v| v.iter().copied().filter(|p| at(&p.patch) > after).collect())
             .unwrap_or_default()
+    };
+    // What is in effect as the plan goes (taken out, put back), and every
+    // agent change of each path, oldest first: a step's change is rebased
+    // past the agent's changes it was made on that are out now. (Not past
+    // ckpt's own: a rollback taken out without a write was taken out
+    // because a later one had already put the file back, so its absence
+    // is that later one's content, not a change gone from under it.)
+    let mut virt: HashSet<String> = sel.live_ids.clone();
+    let mut of_path: HashMap<&RelPath, Vec<(u64, &FilePatch)>> = HashMap::new();
+    for r in records {
+        if let Body::FilePatch(p) = &r.body
+            && effect::is_agent(p)
+        {
+            of_path.entry(&p.path).or_default().push((r.seq, p));
+        }
+    }
+    let mut then: HashMap<u64, HashSet<String>> = HashMap::new();
+    let flipped = &sel.flipped;
+    let mut gone = |path: &RelPath, ids: &[String], virt: &HashSet<String>| -> Vec<&FilePatch> {
+        let base = ids.iter().map(|i| at(i)).min().unwrap_or(0);
+        let own = |id: &str| {
+            ids.iter()
+                .any(|i| flipped.get(i).is_some_and(|f| f.contains(id)))
+        };
+        let out: Vec<(u64, &FilePatch)> = of_path
+            .get(path)
+            .into_iter()
+            .flatten()
+            .filter(|(s, p)| *s < base && !virt.contains(&p.patch) && !own(&p.patch))
+            .copied()
+            .collect();
+        if out.is_empty() {
+            return Vec::new();
+        }
+        let live_then = then
+            .entry(base)
+            .or_insert_with(|| Effects::replay(records, Some(base.saturating_sub(1))).live_ids());
+        out.into_iter()
+            .filter(|(_, p)| live_then.contains(&p.patch))
+            .map(|(_, p)| p)
+            .collect()
     };
     // Taken out newest first, then put back oldest first (a reversed patch
     // undone puts the patch back).
@@ -1173,23 +1354,17 @@ fn plan(
             continue;
         }
         let first = ids.iter().map(|i| at(i)).min().unwrap_or(0);
-        let on_top = later(&p.path, first);
-        if !on_top.is_empty() && pl.built_on(p, &on_top)? {
-            pl.hold(p, ids, Step::Out, "later_call")?;
-            continue;
-        }
-        pl.undo(p, ids, Step::Out)?;
+        let was = gone(&p.path, ids, &virt);
+        virt.retain(|i| !ids.contains(i));
+        pl.step(p, ids, Step::Out, &was, &later(&p.path, first))?;
     }
     let back: Vec<FilePatch> = redo.iter().rev().map(|p| reversed(p)).collect();
     let back: Vec<&FilePatch> = back.iter().collect();
     for (p, ids) in runs(&back).iter().rev() {
         let last = ids.iter().map(|i| at(i)).max().unwrap_or(0);
-        let on_top = later(&p.path, last);
-        if !on_top.is_empty() && pl.built_on(p, &on_top)? {
-            pl.hold(p, ids, Step::Back, "later_call")?;
-            continue;
-        }
-        pl.undo(p, ids, Step::Back)?;
+        let was = gone(&p.path, ids, &virt);
+        virt.extend(ids.iter().cloned());
+        pl.step(p, ids, Step::Back, &was, &later(&p.path, last))?;
     }
     for path in sel.reset_paths.iter().filter(|p| filter.matches(p)) {
         // Nothing of the agent's moves here, but ckpt's own later change is
@@ -1460,6 +1635,9 @@ pub fn conflict_reason_text(reason: &str) -> &'static str {
         "rename_source_taken" => "the agent renamed this file and its old path is taken now",
         "ambiguous_attribution" => {
             "this change may belong to a call outside the selection (calls overlapped)"
+        }
+        "built_on_undone" => {
+            "the agent's change was made on one that has been taken out since; there is no right answer"
         }
         "later_call" => {
             "a later call changed the same lines, so this change cannot be taken out (or put back) under it"

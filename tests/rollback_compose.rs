@@ -583,3 +583,78 @@ fn a_put_back_that_conflicts_is_settled_like_any_other() {
     assert_eq!(read(&env, "f.txt"), seq20());
     verify_ok(&env);
 }
+
+// ------------------------------------------------- the model's findings
+
+/// From the model run (seeds 828927535387, 828927534344): a call that
+/// removed what an earlier call added is put back after that earlier call
+/// was undone. It changes nothing then, and undoing everything must not
+/// bring the undone call's work back (before: `undo` re-added the line, or
+/// for a file, raised a conflict with no edit by anyone).
+#[test]
+fn a_change_put_back_over_an_undone_one_it_was_built_on_brings_nothing_back() {
+    let env = repo(&[("f.txt", &seq20()), ("n.txt", "base\n")]);
+    exec(&env, "sed -i s/^3$/three/ f.txt && rm n.txt");
+    let adds = exec(&env, "sed -i s/^10$/10\\\\nX/ f.txt && echo made > n.txt");
+    assert!(read(&env, "f.txt").contains("\nX\n"));
+    let removes = exec(&env, "sed -i /^X$/d f.txt && rm n.txt");
+    let (code, v) = ckj(&env, &["rollback", "--call", &removes]);
+    assert_eq!(code, 0, "{v:#}");
+    let a0 = v["action"].as_str().unwrap().to_string();
+    assert!(read(&env, "f.txt").contains("\nX\n"));
+    assert_eq!(read(&env, "n.txt"), "made\n");
+    assert_eq!(ckj(&env, &["rollback", "--call", &adds]).0, 0);
+    assert!(!read(&env, "f.txt").contains("\nX\n"));
+    assert!(!env.ws.join("n.txt").exists());
+    // Undoing the first rollback: the removal is back in effect, and
+    // there is nothing to remove.
+    let (code, v) = ckj(&env, &["rollback", "--action", &a0]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(
+        results(&v),
+        [
+            ("f.txt".into(), "unchanged".into()),
+            ("n.txt".into(), "unchanged".into())
+        ],
+        "{v:#}"
+    );
+    // Everything out: the start, with neither the line nor the file the
+    // undone call made.
+    let (code, v) = ckj(&env, &["undo"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(read(&env, "f.txt"), seq20(), "{v:#}");
+    assert_eq!(read(&env, "n.txt"), "base\n", "{v:#}");
+    verify_ok(&env);
+}
+
+/// From the model run (seed 828927535124): a rollback undone after a later
+/// call made part of the same edit. Putting the change back under that
+/// call is a conflict (the later call's change is in the way), and
+/// `--to` the checkpoint afterwards gives the file exactly as it was
+/// there (before: `--action` merged in silence, and after an `undo` of the
+/// later call `--to` said "unchanged" with the line the checkpoint did not
+/// have, exit 0).
+#[test]
+fn an_undone_rollback_under_a_later_identical_edit_conflicts_and_to_still_restores() {
+    let env = repo(&[("f.txt", &seq20())]);
+    exec(&env, "sed -i -e s/^1$/TOP\\\\n1/ -e /^20$/d f.txt");
+    let at_c0 = read(&env, "f.txt");
+    let c0 = checkpoint(&env);
+    let (code, v) = ckj(&env, &["rollback", "--last", "1"]);
+    assert_eq!(code, 0, "{v:#}");
+    let a0 = v["action"].as_str().unwrap().to_string();
+    assert_eq!(read(&env, "f.txt"), seq20());
+    exec(&env, "sed -i /^20$/d f.txt");
+    let before = read(&env, "f.txt");
+    let (code, v) = ckj(&env, &["rollback", "--action", &a0]);
+    assert_eq!(code, 3, "{v:#}");
+    assert_eq!(v["conflicts"][0]["reason"], "later_call", "{v:#}");
+    assert_eq!(read(&env, "f.txt"), before, "a conflict leaves the file");
+    let (code, v) = ckj(&env, &["undo"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(read(&env, "f.txt"), seq20());
+    let (code, v) = ckj(&env, &["rollback", "--to", &c0]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(read(&env, "f.txt"), at_c0, "{v:#}");
+    verify_ok(&env);
+}

@@ -363,6 +363,8 @@ struct Ent {
     agent: bool,
     /// The patch id (agent changes).
     patch: Option<String>,
+    /// The agent changes of the file in effect when this one was made.
+    base: Vec<usize>,
 }
 
 struct Call {
@@ -1032,6 +1034,7 @@ impl H {
                 "the generator changes every file it names"
             );
             let e = self.ents.len();
+            let base = self.live_agents_of(f);
             self.ents.push(Ent {
                 file: f,
                 t,
@@ -1039,6 +1042,7 @@ impl H {
                 live: true,
                 agent: true,
                 patch: None,
+                base,
             });
             ents.push(e);
             let before = self.specs[f].render(&old).map(|c| sha(c.as_bytes()));
@@ -1183,23 +1187,45 @@ impl H {
                 // Undone three-way newest first, each run of consecutive
                 // selected changes as one step (`old` of its first, `new` of
                 // its last): a step applies where the slot holds either side,
-                // else it is a conflict. The slot ends at the earliest
+                // else it is a conflict; a run that ends where it began is
+                // nothing to take out. The slot ends at the earliest
                 // selected change's `old`.
-                let mut runs: Vec<(Val, Val)> = Vec::new();
+                let mut runs: Vec<(usize, Val, Val)> = Vec::new();
                 let mut open = false;
                 for &i in &touching {
                     let (_, old, new) = self.ents[i].slots.iter().find(|y| y.0 == s).unwrap();
                     if !sel.contains(&i) {
                         open = false;
                     } else if open {
-                        runs.last_mut().unwrap().1 = new.clone();
+                        runs.last_mut().unwrap().2 = new.clone();
                     } else {
-                        runs.push((old.clone(), new.clone()));
+                        runs.push((i, old.clone(), new.clone()));
                         open = true;
                     }
                 }
+                // Each run rebased past the undone changes its first was
+                // made on.
+                let runs: Vec<(Val, Val)> = runs
+                    .into_iter()
+                    .map(|(i, old, new)| {
+                        match (self.rebased(i, &[], s, &old), self.rebased(i, &[], s, &new)) {
+                            (Some((o, t1)), Some((n, t2))) => {
+                                allowed |= t1 || t2;
+                                (o, n)
+                            }
+                            _ => {
+                                allowed = true;
+                                (old, new)
+                            }
+                        }
+                    })
+                    .collect();
                 let mut x = exp[s].clone();
                 for (old, new) in runs.iter().rev() {
+                    if old == new {
+                        // A run that changed nothing net: nothing to take out.
+                        continue;
+                    }
                     if x == *new || x == *old {
                         x = old.clone();
                     } else {
@@ -1226,6 +1252,42 @@ impl H {
             );
         }
         plan
+    }
+
+    fn live_agents_of(&self, f: usize) -> Vec<usize> {
+        (0..self.ents.len())
+            .filter(|&i| self.ents[i].agent && self.ents[i].live && self.ents[i].file == f)
+            .collect()
+    }
+
+    /// Value `v` of slot `s` as ckpt rebases a change (entity `e`'s side):
+    /// without the agent changes `e` was made on that are out of effect now
+    /// (but for those `e` itself flipped, `own`), each taken out newest
+    /// first: where `v` is its `new`, its `old`; where `v` is its `old`,
+    /// `v`; else no answer (`None`: ckpt raises `built_on_undone`). Also
+    /// whether it went past one (then a conflict is allowed). So taking a
+    /// change out never brings back an undone change's value.
+    fn rebased(&self, e: usize, own: &[usize], s: usize, v: &Val) -> Option<(Val, bool)> {
+        let mut gone: Vec<usize> = self.ents[e]
+            .base
+            .iter()
+            .copied()
+            .filter(|d| !self.ents[*d].live && !own.contains(d))
+            .collect();
+        gone.sort_by_key(|&d| std::cmp::Reverse(self.ents[d].t));
+        let (mut v, mut through) = (v.clone(), false);
+        for d in gone {
+            let Some((_, old, new)) = self.ents[d].slots.iter().find(|y| y.0 == s) else {
+                continue;
+            };
+            if v == *new {
+                v = old.clone();
+                through = true;
+            } else if v != *old {
+                return None;
+            }
+        }
+        Some((v, through))
     }
 
     fn plan_to(&self, c: usize) -> Plan {
@@ -1278,9 +1340,25 @@ impl H {
             }
             let mut exp = self.vals[f].clone();
             let (mut allowed, mut required) = (false, false);
+            let own: Vec<usize> = delta.iter().map(|d| d.0).collect();
             for (s, y, z) in &self.ents[r].slots {
+                // R's change rebased past the agent's changes it was made
+                // on that are out now (not those R itself flipped).
+                let (y, z) = match (self.rebased(r, &own, *s, y), self.rebased(r, &own, *s, z)) {
+                    (Some((y2, t1)), Some((z2, t2))) => {
+                        allowed |= t1 || t2;
+                        (y2, z2)
+                    }
+                    _ => {
+                        allowed = true;
+                        (y.clone(), z.clone())
+                    }
+                };
+                if y == z {
+                    continue;
+                }
                 let x = &exp[*s];
-                if x == z || x == y {
+                if *x == z || *x == y {
                     exp[*s] = y.clone();
                 } else {
                     required = true;
@@ -1720,6 +1798,7 @@ impl H {
             };
             if apply {
                 let fp = fp.unwrap();
+                let base = self.live_agents_of(f);
                 let mut applied = Vec::new();
                 for &(e, b, a) in &fp.delta {
                     if self.ents[e].live == b {
@@ -1752,6 +1831,7 @@ impl H {
                     live: true,
                     agent: false,
                     patch: None,
+                    base,
                 });
                 per_file.push((f, r, applied));
             }
@@ -1845,6 +1925,7 @@ impl H {
             live: true,
             agent: false,
             patch: None,
+            base: Vec::new(),
         });
         self.vals = after_vals;
         if let Some(id) = doc["action"].as_str() {
