@@ -100,25 +100,35 @@ fn wanted(agent: Agent) -> Vec<(&'static str, Option<&'static str>, &'static str
             ("PostToolUseFailure", Some("*"), "post-failure"),
             ("UserPromptSubmit", None, "prompt"),
             ("SessionStart", None, "session-start"),
+            ("Stop", None, "turn-end"),
+            ("SessionEnd", None, "turn-end"),
         ],
         // The prompt and session-start hooks make the per-turn checkpoints
-        // `ckpt undo` steps through.
+        // `ckpt undo` steps through; the turn's end closes calls that never
+        // got an after-event (a rejected patch, a refused call).
         Agent::Codex => vec![
             ("PreToolUse", Some("*"), "pre"),
             ("PostToolUse", Some("*"), "post"),
             ("UserPromptSubmit", None, "prompt"),
             ("SessionStart", None, "session-start"),
+            ("Stop", None, "turn-end"),
+            // An interrupted turn fires no Stop (Codex 0.171), only these.
+            ("Interrupt", None, "turn-end"),
+            ("SessionEnd", None, "turn-end"),
         ],
         Agent::Gemini => vec![
             ("BeforeTool", Some("*"), "pre"),
             ("AfterTool", Some("*"), "post"),
             ("BeforeAgent", None, "prompt"),
             ("SessionStart", None, "session-start"),
+            ("AfterAgent", None, "turn-end"),
+            ("SessionEnd", None, "turn-end"),
         ],
         Agent::Cursor => vec![
             ("afterFileEdit", None, "post"),
             ("beforeShellExecution", None, "pre"),
             ("afterShellExecution", None, "post"),
+            ("stop", None, "turn-end"),
         ],
     }
 }
@@ -179,7 +189,13 @@ pub fn merge(
                 }
             }
             _ => {
-                let h = json!({ "type": "command", "command": command, "timeout": 30 });
+                // Codex clamps these two events' timeout to 3 s, and a trust
+                // hash made with another value is stale: skipped in silence.
+                let timeout = match (agent, event) {
+                    (Agent::Codex, "Interrupt" | "SessionEnd") => 3,
+                    _ => 30,
+                };
+                let h = json!({ "type": "command", "command": command, "timeout": timeout });
                 match matcher {
                     Some(m) => json!({ "matcher": m, "hooks": [h] }),
                     None => json!({ "hooks": [h] }),
@@ -341,6 +357,8 @@ fn codex_event_label(event: &str) -> Option<&'static str> {
         "SessionStart" => "session_start",
         "UserPromptSubmit" => "user_prompt_submit",
         "Stop" => "stop",
+        "Interrupt" => "interrupt",
+        "SessionEnd" => "session_end",
         _ => return None,
     })
 }
@@ -396,8 +414,10 @@ pub fn codex_trust_entries(project: &str, doc: &Map<String, Value>) -> Vec<Codex
                 let mut identity = Map::new();
                 identity.insert("event_name".into(), json!(label));
                 identity.insert("hooks".into(), json!([Value::Object(handler)]));
-                if !matches!(event.as_str(), "UserPromptSubmit" | "Stop")
-                    && let Some(m) = group.get("matcher").filter(|m| !m.is_null())
+                if !matches!(
+                    event.as_str(),
+                    "UserPromptSubmit" | "Stop" | "Interrupt" | "SessionEnd"
+                ) && let Some(m) = group.get("matcher").filter(|m| !m.is_null())
                 {
                     identity.insert("matcher".into(), m.clone());
                 }
@@ -537,7 +557,7 @@ mod tests {
             r#"{"model":"x","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]},"z":1}"#,
         )
         .unwrap();
-        assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 5);
+        assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 7);
         let pre = doc["hooks"]["PreToolUse"].as_array().unwrap();
         assert_eq!(pre.len(), 2);
         assert_eq!(pre[0]["hooks"][0]["command"], "./lint.sh");
@@ -555,7 +575,7 @@ mod tests {
         merge(Agent::Codex, &mut doc, "ckpt").unwrap();
         let t = codex_trust_entries("/w", &doc);
         assert_eq!(t[0].table, "projects.\"/w\"");
-        assert_eq!(t.len(), 5, "{t:?}");
+        assert_eq!(t.len(), 8, "{t:?}");
         let pre = t
             .iter()
             .find(|e| e.table.contains(":pre_tool_use:0:0"))
@@ -579,7 +599,7 @@ mod tests {
             "model = \"m\"\n\n[{}]\ntrusted_hash = \"sha256:00\"\n",
             pre.table
         );
-        assert_eq!(codex_trust_missing(&stale, &t).len(), 5);
+        assert_eq!(codex_trust_missing(&stale, &t).len(), 8);
         let done = codex_trust_apply(&stale, &codex_trust_missing(&stale, &t)).unwrap();
         assert!(codex_trust_missing(&done, &t).is_empty(), "{done}");
         assert!(done.starts_with("model = \"m\"\n"), "{done}");

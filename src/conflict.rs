@@ -157,6 +157,7 @@ pub fn resolve(
             redo_of: None,
             named: 0,
             git: None,
+            closed: Vec::new(),
             merged: Default::default(),
         };
         // The conflict's new state goes into the same append as the action's

@@ -69,7 +69,7 @@ pub struct HookStats {
     pub warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Snap {
     hash: Option<ContentHash>,
     mode: Option<u32>,
@@ -122,6 +122,17 @@ struct CallState {
     /// The call names no file: its changes are found by `scan`.
     #[serde(default)]
     scan: bool,
+    /// The agent process the call belongs to, when known.
+    #[serde(default)]
+    proc: Option<crate::procs::ProcId>,
+    /// The payload format (`claude`, `codex`, …), for the record that closes
+    /// the call without a post.
+    #[serde(default)]
+    agent: Option<String>,
+    /// Its agent ended the turn with the call still open (and its files
+    /// changed, so `recover` decides): not running, even if the agent is.
+    #[serde(default)]
+    turn_ended: bool,
 }
 
 fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
@@ -312,6 +323,7 @@ pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, Ho
                 .or_else(|| Some("user prompt".into()));
             checkpoint(ws, ev, label)
         }
+        Phase::TurnEnd => turn_end(ws, cfg, ev),
         Phase::SessionStart => {
             let label = format!(
                 "session start ({})",
@@ -468,6 +480,9 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         tool,
         targets: snaps,
         scan,
+        proc: ev.owner,
+        agent: Some(ev.format.as_str().to_string()),
+        turn_ended: false,
     };
     write_json(&calls_dir(ws)?, &format!("{key}.json"), &state)?;
     Ok(HookStats {
@@ -551,6 +566,19 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     let (fresh_call, key) = call_id(ws, ev);
     let cdir = calls_dir(ws)?;
     let state: Option<CallState> = read_json(&cdir, &format!("{key}.json"));
+    post_with(ws, cfg, ev, fresh_call, &key, state)
+}
+
+/// The post of the call whose pre left `state` under `key`.
+fn post_with(
+    ws: &Workspace,
+    cfg: &Config,
+    ev: &HookEvent,
+    fresh_call: String,
+    key: &str,
+    state: Option<CallState>,
+) -> Result<HookStats, HookError> {
+    let cdir = calls_dir(ws)?;
     let mut warnings = Vec::new();
     let (call, session, tool, mut before): (
         String,
@@ -655,7 +683,7 @@ fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookE
     // The scan's new snapshot, saved while the patches are made.
     let mut saving = crate::scan::Saving::default();
     if state.as_ref().is_some_and(|s| s.scan) {
-        match crate::scan::take_for_call(ws, &key) {
+        match crate::scan::take_for_call(ws, key) {
             Some(pre_snap) => {
                 // Many files: write blobs and patches unsynced, then flush them
                 // all with one syncfs before the records that name them.
@@ -912,6 +940,11 @@ impl Drop for BatchDurability<'_> {
 
 /// The state of every call whose pre has run and whose post has not.
 fn open_calls(ws: &Workspace) -> Vec<CallState> {
+    open_calls_keyed(ws).into_iter().map(|(_, s)| s).collect()
+}
+
+/// [`open_calls`] with each one's state key.
+fn open_calls_keyed(ws: &Workspace) -> Vec<(String, CallState)> {
     let Ok(dir) = calls_dir(ws) else {
         return Vec::new();
     };
@@ -921,13 +954,195 @@ fn open_calls(ws: &Workspace) -> Vec<CallState> {
     let mut out = Vec::new();
     while let Some(Ok(e)) = it.next() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".json")
+        if let Some(key) = name.strip_suffix(".json")
             && let Some(s) = read_json::<CallState>(&dir, &name)
         {
-            out.push(s);
+            out.push((key.to_string(), s));
         }
     }
+    out.sort_by(|a, b| a.1.call.cmp(&b.1.call));
     out
+}
+
+/// Why open calls are closed without their post.
+#[derive(Debug, Clone, Copy)]
+pub enum Close<'a> {
+    /// The agent ended the turn or the session (`turn-end`): every call of
+    /// that session still open was rejected, blocked or cut short.
+    TurnEnded(Option<&'a str>),
+    /// The agent process a call belongs to is gone (killed, crashed).
+    AgentGone,
+}
+
+/// One call closed without its post.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedCall {
+    /// The call.
+    pub call: String,
+    /// The tool.
+    pub tool: String,
+    /// What was recorded: `changes` (what changed since its pre, as its
+    /// patches), `never_ran` (its files are as before), `ended` (nothing to
+    /// compare), `left` (its declared files changed: `ckpt recover`
+    /// tells applied from diverged), or `pending` (named, not closed: a
+    /// dry run).
+    pub how: &'static str,
+    /// Patches recorded for it.
+    pub patches: usize,
+}
+
+/// Whether the open call `s` is one `why` closes.
+fn closes(s: &CallState, why: Close<'_>) -> bool {
+    match why {
+        Close::TurnEnded(session) => s.session.as_deref() == session,
+        Close::AgentGone => s
+            .proc
+            .is_some_and(|p| crate::procs::alive(&p) == Some(false)),
+    }
+}
+
+/// The open calls whose agent process still runs (`ckpt recover` leaves
+/// them alone).
+pub fn running_calls(ws: &Workspace) -> std::collections::HashSet<String> {
+    open_calls(ws)
+        .into_iter()
+        .filter(|s| {
+            !s.turn_ended
+                && s.proc
+                    .is_some_and(|p| crate::procs::alive(&p) == Some(true))
+        })
+        .map(|s| s.call)
+        .collect()
+}
+
+/// The open calls `why` would close, without closing them: (call, tool).
+pub fn closable_calls(ws: &Workspace, why: Close<'_>) -> Vec<(String, String)> {
+    open_calls(ws)
+        .into_iter()
+        .filter(|s| closes(s, why))
+        .map(|s| (s.call, s.tool))
+        .collect()
+}
+
+/// Closes the open calls `why` names, from what is on disk: a shell call
+/// (or any call ckpt compares the workspace around) gets what changed since
+/// its pre recorded as its patches, as its post would have, and ends
+/// `failed` with the reason; a call that names files ends `failed` if they
+/// are as before (it never ran), and is left to `ckpt recover` if they
+/// changed; any other call ends `failed`.
+pub fn close_open_calls(
+    ws: &Workspace,
+    cfg: &Config,
+    why: Close<'_>,
+) -> Result<Vec<ClosedCall>, HookError> {
+    let mut out = Vec::new();
+    for (key, st) in open_calls_keyed(ws) {
+        if !closes(&st, why) {
+            continue;
+        }
+        let reason = match why {
+            Close::TurnEnded(_) => "no after-event came before the agent ended its turn",
+            Close::AgentGone => "interrupted: the agent process it ran under is gone",
+        };
+        let changed = st
+            .targets
+            .iter()
+            .map(|(rel, b)| Ok(Snap::from_state(&call::snapshot(ws, rel)?) != *b))
+            .collect::<Result<Vec<bool>, WorkspaceError>>()?;
+        let (how, error) = if st.scan {
+            (
+                "changes",
+                format!(
+                    "{reason}; what changed in the workspace since it started is recorded as its work"
+                ),
+            )
+        } else if changed.iter().any(|c| *c) {
+            if let Close::TurnEnded(_) = why {
+                // Not running any more, whatever its agent does now.
+                let st = CallState {
+                    turn_ended: true,
+                    ..st.clone()
+                };
+                write_json(&calls_dir(ws)?, &format!("{key}.json"), &st)?;
+            }
+            out.push(ClosedCall {
+                call: st.call.clone(),
+                tool: st.tool.clone(),
+                how: "left",
+                patches: 0,
+            });
+            continue;
+        } else if st.targets.is_empty() {
+            ("ended", reason.to_string())
+        } else {
+            (
+                "never_ran",
+                format!("{reason}; its files are as before, so it never ran"),
+            )
+        };
+        let format = st
+            .agent
+            .as_deref()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(capture::Format::Generic);
+        let mut ev = HookEvent::empty(format, Phase::PostFailure);
+        ev.call = Some(st.call.clone());
+        ev.session = st.session.clone();
+        ev.tool = Some(st.tool.clone());
+        ev.capture = if st.scan {
+            Capture::Scan
+        } else {
+            Capture::Skip
+        };
+        ev.outcome = Some(Outcome::Failed);
+        ev.error = Some(error);
+        let (call, tool) = (st.call.clone(), st.tool.clone());
+        let stats = with_sync_set(|| post_with(ws, cfg, &ev, call.clone(), &key, Some(st)))?;
+        out.push(ClosedCall {
+            call,
+            tool,
+            how,
+            patches: stats.patches,
+        });
+    }
+    Ok(out)
+}
+
+/// `turn-end`: closes the session's calls still open.
+fn turn_end(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
+    // Only this session's: calls of a gone agent are closed by the commands
+    // a person runs after a crash (`recover`, `rollback`), never by another
+    // agent's hook.
+    let closed = close_open_calls(ws, cfg, Close::TurnEnded(ev.session.as_deref()))?;
+    Ok(HookStats {
+        warnings: closed_warnings(&closed),
+        ..Default::default()
+    })
+}
+
+/// One line per call closed without its post, for stderr.
+pub fn closed_warnings(closed: &[ClosedCall]) -> Vec<String> {
+    closed
+        .iter()
+        .map(|c| match c.how {
+            "changes" => format!(
+                "call {} ({}) ended without an after-event; {} change(s) since it started are recorded as its work (`ckpt diff --call {}`)",
+                c.call, c.tool, c.patches, c.call
+            ),
+            "left" => format!(
+                "call {} ({}) ended without an after-event and its files changed; run `ckpt recover` to tell whether it finished",
+                c.call, c.tool
+            ),
+            "pending" => format!(
+                "call {} ({}) was cut short (its agent process is gone) and what it changed is not recorded yet: run `ckpt recover`, or any rollback, to record it as that call's",
+                c.call, c.tool
+            ),
+            _ => format!(
+                "call {} ({}) ended without an after-event; recorded as not run",
+                c.call, c.tool
+            ),
+        })
+        .collect()
 }
 
 /// The ids of shell (scan) calls other than `me` that are open.

@@ -64,6 +64,7 @@ pub mod merge;
 mod par;
 pub mod patch;
 pub mod paths;
+pub mod procs;
 pub mod record;
 pub mod recover;
 pub mod redact;

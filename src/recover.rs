@@ -66,7 +66,8 @@ pub struct CallVerdict {
     /// The session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// `completed`, `failed`, `pending` or `uncertain`.
+    /// `completed`, `failed`, `pending`, `uncertain`, or `running` (started,
+    /// and its agent process still runs).
     pub status: &'static str,
     /// For an uncertain file edit: `applied`, `not_applied` or `diverged`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -247,8 +248,20 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
         };
         actions.push(verdict);
     }
-    // Re-read: finishing rollbacks appended records.
-    let records = if actions.iter().any(|a| a.status == "finished_now") {
+    // Calls whose agent process is gone are closed from what is on disk
+    // (a shell call's changes since its pre become its patches); calls
+    // whose agent still runs are left to it.
+    let cfg = crate::config::Config::load(ws.runtime_dir())
+        .map_err(|e| WorkspaceError::Refused(e.to_string()))?;
+    let closed = crate::hook::close_open_calls(ws, &cfg, crate::hook::Close::AgentGone).map_err(
+        |e| match e {
+            crate::hook::HookError::Record(e) => e,
+            e => WorkspaceError::Refused(e.to_string()),
+        },
+    )?;
+    let running = crate::hook::running_calls(ws);
+    // Re-read: finishing rollbacks and closing calls appended records.
+    let records = if actions.iter().any(|a| a.status == "finished_now") || !closed.is_empty() {
         ws.read_ledger()?.records
     } else {
         records
@@ -306,6 +319,10 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
             CallStatus::Planned | CallStatus::Approved => {
                 v.status = "pending";
                 v.replay = replay_for(ci.first, false, true);
+            }
+            CallStatus::Started if running.contains(id) => {
+                // Its agent still works on it: not in doubt, not ours to close.
+                v.status = "running";
             }
             CallStatus::Started => {
                 v.status = "uncertain";
@@ -666,6 +683,7 @@ fn note(calls: &[CallVerdict], actions: &[ActionVerdict], torn: u64, now: String
     let mut retry = Vec::new();
     let mut failed = Vec::new();
     let mut person = Vec::new();
+    let mut running = Vec::new();
     for v in calls {
         let d = describe_call(v);
         match (v.status, v.evidence) {
@@ -703,6 +721,9 @@ fn note(calls: &[CallVerdict], actions: &[ActionVerdict], torn: u64, now: String
                 if v.replay == "auto" { "Safe to retry." } else { "Ask before retrying." }
             )),
             ("pending", _) => retry.push(format!("{d} was planned but never started.")),
+            ("running", _) => running.push(format!(
+                "{d} is still running: the agent process it belongs to is alive. Leave it to the agent."
+            )),
             _ => {}
         }
     }
@@ -716,6 +737,7 @@ fn note(calls: &[CallVerdict], actions: &[ActionVerdict], torn: u64, now: String
     section(&mut out, "Did not happen — may be retried", retry);
     section(&mut out, "Failed", failed);
     section(&mut out, "Needs a person", person);
+    section(&mut out, "Still running", running);
     section(
         &mut out,
         "ckpt's own actions",

@@ -212,6 +212,10 @@ pub struct RollbackReport {
     /// What moved in git that the rollback did not put back (ckpt never
     /// writes `.git/`): the checkpoint compared with, and what moved.
     pub git: Option<(String, crate::git::Moved)>,
+    /// Calls whose agent process is gone, closed before planning (what a
+    /// shell call changed became its patches, so the rollback covers it);
+    /// on a dry run, those a real run would close (`how`: `pending`).
+    pub closed: Vec<crate::hook::ClosedCall>,
     /// Contents the plan computed (merges), by path.
     pub(crate) merged: HashMap<RelPath, Rc<Vec<u8>>>,
 }
@@ -253,6 +257,20 @@ pub fn dry_plan(
     plan(ws, cfg, records, &opts, String::new())
 }
 
+/// The calls a real run would close first (their agent is gone): a dry run
+/// writes nothing, so it only names them.
+pub fn pending_closes(ws: &Workspace) -> Vec<crate::hook::ClosedCall> {
+    crate::hook::closable_calls(ws, crate::hook::Close::AgentGone)
+        .into_iter()
+        .map(|(call, tool)| crate::hook::ClosedCall {
+            call,
+            tool,
+            how: "pending",
+            patches: 0,
+        })
+        .collect()
+}
+
 /// Rolls back what `opts` selects (see the module doc).
 pub fn rollback(
     ws: &Workspace,
@@ -263,7 +281,9 @@ pub fn rollback(
         let read = ws.read_ledger()?;
         refuse_damaged(&read)?;
         let id = ws.clock().new_id("act_");
-        return plan(ws, cfg, &read.records, opts, id);
+        let mut report = plan(ws, cfg, &read.records, opts, id)?;
+        report.closed = pending_closes(ws);
+        return Ok(report);
     }
     let lock = ActionLock::take(ws)?;
     rollback_locked(ws, cfg, opts, &lock)
@@ -279,11 +299,18 @@ pub(crate) fn rollback_locked(
     _lock: &ActionLock,
 ) -> Result<RollbackReport, WorkspaceError> {
     finish_interrupted_locked(ws)?;
+    let closed = crate::hook::close_open_calls(ws, cfg, crate::hook::Close::AgentGone).map_err(
+        |e| match e {
+            crate::hook::HookError::Record(e) => e,
+            e => WorkspaceError::Refused(e.to_string()),
+        },
+    )?;
     crate::hook::flush_user_edits(ws, None)?;
     let read = ws.read_ledger()?;
     refuse_damaged(&read)?;
     let id = ws.clock().new_id("act_");
     let mut report = plan(ws, cfg, &read.records, opts, id)?;
+    report.closed = closed;
     if report.files.is_empty() && matches!(opts.selector, Selector::Undo | Selector::Redo) {
         // Nothing to undo or redo: nothing recorded.
         return Ok(report);
@@ -989,7 +1016,7 @@ impl<'w> Planner<'w> {
         p: &FilePatch,
         ids: &[String],
         step: Step,
-        gone: &[&FilePatch],
+        gone: &Gone<'_>,
         on_top: &[&FilePatch],
     ) -> Result<(), WorkspaceError> {
         let orig = p;
@@ -1014,6 +1041,69 @@ impl<'w> Planner<'w> {
         {
             *c = orig.clone();
         }
+        Ok(())
+    }
+
+    /// Puts `p` (reversed) back under the later changes `deps` that were
+    /// made on it and stay (oldest first): each is in the file without `p`
+    /// now (rebased past it), so they are taken out as they are, newest
+    /// first, `p` goes back, and they go back in as they were made. Any step
+    /// that does not apply cleanly is a `later_call` conflict.
+    fn back_under(
+        &mut self,
+        p: &FilePatch,
+        ids: &[String],
+        gone: &Gone<'_>,
+        rest: &[&FilePatch],
+        deps: &[(&FilePatch, Gone<'_>)],
+    ) -> Result<(), WorkspaceError> {
+        let orig = p;
+        let Some(p) = self.rebase(p, gone)? else {
+            return self.hold(orig, ids, Step::Back, "built_on_undone");
+        };
+        if !rest.is_empty() && self.built_on(&p, rest)? {
+            return self.hold(orig, ids, Step::Back, "later_call");
+        }
+        let (mut out, mut back) = (Vec::new(), Vec::new());
+        for (q, under) in deps {
+            let keep = |d: &&FilePatch| !ids.contains(&d.patch);
+            let with_p = Gone {
+                before: under.before.iter().copied().filter(keep).collect(),
+                after: under.after.iter().copied().filter(keep).collect(),
+            };
+            let (Some(now), Some(then)) = (self.rebase(q, under)?, self.rebase(q, &with_p)?) else {
+                return self.hold(orig, ids, Step::Back, "later_call");
+            };
+            out.push(now);
+            back.push(reversed(&then));
+        }
+        self.load(&p.path)?;
+        let blocked = self
+            .info
+            .get(&p.path)
+            .is_some_and(|i| i.conflict.is_some() || i.failed.is_some());
+        if blocked {
+            return self.noop(&p, ids, Step::Back);
+        }
+        let mut v = self.cur[&p.path].clone();
+        let mut merged = false;
+        let steps = out.into_iter().rev().chain([p.clone()]).chain(back);
+        for step in steps {
+            match self.decide(&step, &v)? {
+                Decision::Set(next, m, _) => {
+                    merged |= m;
+                    v = next;
+                }
+                Decision::Keep => {}
+                Decision::Conflict(_) | Decision::Failed(_) => {
+                    return self.hold(orig, ids, Step::Back, "later_call");
+                }
+            }
+        }
+        let info = self.info.entry(p.path.clone()).or_default();
+        Step::Back.note(info, ids);
+        info.merged |= merged;
+        self.cur.insert(p.path.clone(), v);
         Ok(())
     }
 
@@ -1086,7 +1176,9 @@ impl<'w> Planner<'w> {
 
     /// `p` as it reads without the changes in `gone` (oldest first:
     /// recorded before it, in effect when it was made, out of effect now):
-    /// each is taken out of both of `p`'s sides, newest first. So a change
+    /// each is taken out of the side it was under, newest first (a run of
+    /// patches has its before from its first and its after from its last,
+    /// each made on what was in effect then). So a change
     /// made on top of one taken out since is seen for what it is without
     /// it, often nothing at all (a call that deleted what an earlier,
     /// undone call created), and taking it out or putting it back never
@@ -1096,28 +1188,32 @@ impl<'w> Planner<'w> {
     fn rebase(
         &mut self,
         p: &FilePatch,
-        gone: &[&FilePatch],
+        gone: &Gone<'_>,
     ) -> Result<Option<FilePatch>, WorkspaceError> {
-        if gone.is_empty()
+        let all = || gone.before.iter().chain(&gone.after);
+        if all().next().is_none()
             || p.op == PatchOp::Rename
-            || gone.iter().any(|d| d.op == PatchOp::Rename)
+            || all().any(|d| d.op == PatchOp::Rename)
         {
             return Ok(Some(p.clone()));
         }
         let mut r = p.clone();
-        for d in gone.iter().rev() {
-            let Some(b) =
-                self.take_out_of(d, side(r.before_hash, &r.before_mode, r.before_perm))?
-            else {
+        let mut b = side(r.before_hash, &r.before_mode, r.before_perm);
+        for d in gone.before.iter().rev() {
+            let Some(x) = self.take_out_of(d, b)? else {
                 return Ok(None);
             };
-            let Some(a) = self.take_out_of(d, side(r.after_hash, &r.after_mode, r.after_perm))?
-            else {
-                return Ok(None);
-            };
-            (r.before_hash, r.before_mode, r.before_perm) = (b.hash, b.mode, b.perm);
-            (r.after_hash, r.after_mode, r.after_perm) = (a.hash, a.mode, a.perm);
+            b = x;
         }
+        let mut a = side(r.after_hash, &r.after_mode, r.after_perm);
+        for d in gone.after.iter().rev() {
+            let Some(x) = self.take_out_of(d, a)? else {
+                return Ok(None);
+            };
+            a = x;
+        }
+        (r.before_hash, r.before_mode, r.before_perm) = (b.hash, b.mode, b.perm);
+        (r.after_hash, r.after_mode, r.after_perm) = (a.hash, a.mode, a.perm);
         Ok(Some(r))
     }
 
@@ -1316,8 +1412,10 @@ fn plan(
     }
     let mut then: HashMap<u64, HashSet<String>> = HashMap::new();
     let flipped = &sel.flipped;
-    let mut gone = |path: &RelPath, ids: &[String], virt: &HashSet<String>| -> Vec<&FilePatch> {
-        let base = ids.iter().map(|i| at(i)).min().unwrap_or(0);
+    // Under the patch recorded at `at_seq`: the agent's changes recorded
+    // before it, in effect then, out now (and not flipped by the step's own
+    // patches: their absence is that patch's doing).
+    let mut gone_at = |path: &RelPath, ids: &[String], at_seq: u64, virt: &HashSet<String>| {
         let own = |id: &str| {
             ids.iter()
                 .any(|i| flipped.get(i).is_some_and(|f| f.contains(id)))
@@ -1326,19 +1424,38 @@ fn plan(
             .get(path)
             .into_iter()
             .flatten()
-            .filter(|(s, p)| *s < base && !virt.contains(&p.patch) && !own(&p.patch))
+            .filter(|(s, p)| {
+                *s < at_seq && !virt.contains(&p.patch) && !ids.contains(&p.patch) && !own(&p.patch)
+            })
             .copied()
             .collect();
         if out.is_empty() {
             return Vec::new();
         }
         let live_then = then
-            .entry(base)
-            .or_insert_with(|| Effects::replay(records, Some(base.saturating_sub(1))).live_ids());
+            .entry(at_seq)
+            .or_insert_with(|| Effects::replay(records, Some(at_seq.saturating_sub(1))).live_ids());
         out.into_iter()
             .filter(|(_, p)| live_then.contains(&p.patch))
             .map(|(_, p)| p)
-            .collect()
+            .collect::<Vec<&FilePatch>>()
+    };
+    // A put-back step is the patch reversed: its before is the last
+    // patch's after.
+    let sides = |ids: &[String], step: Step| {
+        let first = ids.iter().map(|i| at(i)).min().unwrap_or(0);
+        let last = ids.iter().map(|i| at(i)).max().unwrap_or(0);
+        match step {
+            Step::Out => (first, last),
+            Step::Back => (last, first),
+        }
+    };
+    let mut gone = |path: &RelPath, ids: &[String], virt: &HashSet<String>, step: Step| {
+        let (b, a) = sides(ids, step);
+        Gone {
+            before: gone_at(path, ids, b, virt),
+            after: gone_at(path, ids, a, virt),
+        }
     };
     // Taken out newest first, then put back oldest first (a reversed patch
     // undone puts the patch back).
@@ -1354,7 +1471,7 @@ fn plan(
             continue;
         }
         let first = ids.iter().map(|i| at(i)).min().unwrap_or(0);
-        let was = gone(&p.path, ids, &virt);
+        let was = gone(&p.path, ids, &virt, Step::Out);
         virt.retain(|i| !ids.contains(i));
         pl.step(p, ids, Step::Out, &was, &later(&p.path, first))?;
     }
@@ -1362,9 +1479,26 @@ fn plan(
     let back: Vec<&FilePatch> = back.iter().collect();
     for (p, ids) in runs(&back).iter().rev() {
         let last = ids.iter().map(|i| at(i)).max().unwrap_or(0);
-        let was = gone(&p.path, ids, &virt);
+        // Later changes that stay and were made on this one (in effect
+        // then, out now): the file holds them without it, and with it back
+        // they are what they were.
+        let (mut deps, mut rest) = (Vec::new(), Vec::new());
+        for q in later(&p.path, last) {
+            let q_ids = std::slice::from_ref(&q.patch);
+            let under = gone(&q.path, q_ids, &virt, Step::Out);
+            if under.before.iter().any(|d| ids.contains(&d.patch)) {
+                deps.push((q, under));
+            } else {
+                rest.push(q);
+            }
+        }
+        let was = gone(&p.path, ids, &virt, Step::Back);
         virt.extend(ids.iter().cloned());
-        pl.step(p, ids, Step::Back, &was, &later(&p.path, last))?;
+        if deps.is_empty() {
+            pl.step(p, ids, Step::Back, &was, &rest)?;
+        } else {
+            pl.back_under(p, ids, &was, &rest, &deps)?;
+        }
     }
     for path in sel.reset_paths.iter().filter(|p| filter.matches(p)) {
         // Nothing of the agent's moves here, but ckpt's own later change is
@@ -1522,6 +1656,7 @@ fn plan(
         redo_of: sel.redo_of,
         named: sel.touched.iter().filter(|p| keep(p)).count(),
         git: None,
+        closed: Vec::new(),
         merged: pl
             .cur
             .iter()
@@ -1577,6 +1712,14 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
         steps.push(((*p).clone(), vec![p.patch.clone()]));
     }
     steps
+}
+
+/// The agent changes a step's change was made on that are out of effect
+/// now: under its before side (in effect when its first patch was made),
+/// and under its after side (when its last was), oldest first.
+struct Gone<'r> {
+    before: Vec<&'r FilePatch>,
+    after: Vec<&'r FilePatch>,
 }
 
 /// What a planning step does to the bookkeeping.

@@ -438,7 +438,7 @@ fn init_hooks_remove_takes_out_only_ckpts_hooks() {
     assert_eq!(env.ckpt(&["init", "--hooks", "claude"]).code, 0);
     let r = env.ckpt(&["init", "--hooks", "claude", "--remove"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("removed 5 ckpt hook(s)"), "{}", r.stdout);
+    assert!(r.stdout.contains("removed 7 ckpt hook(s)"), "{}", r.stdout);
     let now: serde_json::Value =
         serde_json::from_slice(&std::fs::read(env.ws.join(".claude/settings.local.json")).unwrap())
             .unwrap();
@@ -538,7 +538,7 @@ fn codex_hooks_are_trusted_only_with_consent_and_the_gap_is_said() {
         &[("CODEX_HOME", home)],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("wrote 5 trust entries"), "{}", r.stdout);
+    assert!(r.stdout.contains("wrote 8 trust entries"), "{}", r.stdout);
     let text = std::fs::read_to_string(&config).unwrap();
     let doc: toml::Table = toml::from_str(&text).unwrap();
     assert_eq!(doc["model"].as_str(), Some("m"), "the rest is kept");

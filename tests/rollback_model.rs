@@ -65,7 +65,8 @@
 //! A long run: `CKPT_MODEL_CASES=5000 cargo test --test rollback_model`.
 //! A failure prints the history's seed, its steps and a shell script that
 //! replays it (`CKPT=path/to/ckpt sh replay.sh`); `CKPT_SEED=S cargo test
-//! --test rollback_model` replays that one history. `CKPT_MODEL_STEPS` sets the
+//! --test rollback_model` replays that one history (with `CKPT_MODEL_CASES`,
+//! that many from it: another range). `CKPT_MODEL_STEPS` sets the
 //! most steps per history, `CKPT_MODEL_KEEP_GOING=1` runs every case and lists
 //! every failing seed.
 //!
@@ -129,11 +130,9 @@ fn splitmix(mut x: u64) -> u64 {
 fn random_histories_match_the_model() {
     let base = seed(DEFAULT_SEED);
     let one = std::env::var("CKPT_SEED").is_ok();
-    let cases = if one {
-        1
-    } else {
-        env_u64("CKPT_MODEL_CASES").unwrap_or(DEFAULT_CASES)
-    };
+    // `CKPT_SEED` alone replays one history; with `CKPT_MODEL_CASES`, a
+    // run of that many from there.
+    let cases = env_u64("CKPT_MODEL_CASES").unwrap_or(if one { 1 } else { DEFAULT_CASES });
     let keep_going = env_flag("CKPT_MODEL_KEEP_GOING");
     // History i has seed base + i, so `CKPT_SEED=base` replays the first.
     let seeds: Vec<u64> = (0..cases).map(|i| base.wrapping_add(i)).collect();
@@ -1190,25 +1189,26 @@ impl H {
                 // else it is a conflict; a run that ends where it began is
                 // nothing to take out. The slot ends at the earliest
                 // selected change's `old`.
-                let mut runs: Vec<(usize, Val, Val)> = Vec::new();
+                let mut runs: Vec<(usize, usize, Val, Val)> = Vec::new();
                 let mut open = false;
                 for &i in &touching {
                     let (_, old, new) = self.ents[i].slots.iter().find(|y| y.0 == s).unwrap();
                     if !sel.contains(&i) {
                         open = false;
                     } else if open {
-                        runs.last_mut().unwrap().2 = new.clone();
+                        let run = runs.last_mut().unwrap();
+                        (run.1, run.3) = (i, new.clone());
                     } else {
-                        runs.push((i, old.clone(), new.clone()));
+                        runs.push((i, i, old.clone(), new.clone()));
                         open = true;
                     }
                 }
-                // Each run rebased past the undone changes its first was
-                // made on.
+                // Each run rebased past the undone changes its first (its
+                // `old`) and its last (its `new`) were made on.
                 let runs: Vec<(Val, Val)> = runs
                     .into_iter()
-                    .map(|(i, old, new)| {
-                        match (self.rebased(i, &[], s, &old), self.rebased(i, &[], s, &new)) {
+                    .map(|(i, j, old, new)| {
+                        match (self.rebased(i, &[], s, &old), self.rebased(j, &[], s, &new)) {
                             (Some((o, t1)), Some((n, t2))) => {
                                 allowed |= t1 || t2;
                                 (o, n)

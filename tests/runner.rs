@@ -9,6 +9,7 @@ mod blob_integrity;
 mod cli_basic;
 mod compensate;
 mod hooks;
+mod interrupted;
 mod ledger_concurrency;
 mod ledger_tamper;
 mod ledger_torn;

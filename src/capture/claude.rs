@@ -1,7 +1,8 @@
 //! Claude Code payloads (HOOKS.md §5.2–5.6), also used for Codex, whose payloads share the shape.
 //!
 //! Events: `PreToolUse` → pre, `PostToolUse` → post, `PostToolUseFailure` → post-failure,
-//! `UserPromptSubmit` → prompt, `SessionStart` → session-start. File tools: `Write`, `Edit`,
+//! `UserPromptSubmit` → prompt, `SessionStart` → session-start, `Stop` and `SessionEnd` →
+//! turn-end. File tools: `Write`, `Edit`,
 //! `MultiEdit` (`file_path`) and `NotebookEdit` (`notebook_path`).
 
 use serde_json::{Map, Value};
@@ -39,6 +40,7 @@ fn event_phase(event: &str) -> Option<Phase> {
         "PostToolUseFailure" => Some(Phase::PostFailure),
         "UserPromptSubmit" => Some(Phase::Prompt),
         "SessionStart" => Some(Phase::SessionStart),
+        "Stop" | "SessionEnd" | "Interrupt" => Some(Phase::TurnEnd),
         _ => None,
     }
 }
@@ -83,6 +85,7 @@ pub(super) fn parse(
             ev.source = f.string("source")?;
             return Ok(ev);
         }
+        Phase::TurnEnd => return Ok(ev),
         Phase::Pre | Phase::Post | Phase::PostFailure => {}
     }
 

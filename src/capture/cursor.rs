@@ -33,6 +33,7 @@ enum Kind {
     Tool,
     Prompt,
     SessionStart,
+    TurnEnd,
 }
 
 fn event_kind(event: &str) -> Option<(Kind, Phase)> {
@@ -47,6 +48,7 @@ fn event_kind(event: &str) -> Option<(Kind, Phase)> {
         "postToolUseFailure" => (Kind::Tool, Phase::PostFailure),
         "beforeSubmitPrompt" => (Kind::Prompt, Phase::Prompt),
         "sessionStart" => (Kind::SessionStart, Phase::SessionStart),
+        "stop" | "sessionEnd" => (Kind::TurnEnd, Phase::TurnEnd),
         _ => return None,
     })
 }
@@ -56,8 +58,6 @@ const OTHER_EVENTS: &[&str] = &[
     "beforeReadFile",
     "afterAgentResponse",
     "afterAgentThought",
-    "stop",
-    "sessionEnd",
     "beforeTabFileRead",
     "afterTabFileEdit",
 ];
@@ -95,6 +95,7 @@ pub(super) fn parse(
             ev.source = f.string("source")?;
             return Ok(ev);
         }
+        Kind::TurnEnd => return Ok(ev),
         Kind::Shell => {
             let command = f.req_str("command")?;
             ev.tool = Some("shell".to_string());

@@ -41,6 +41,7 @@ fn event_phase(event: &str) -> Option<Phase> {
         "AfterTool" => Some(Phase::Post),
         "BeforeAgent" => Some(Phase::Prompt),
         "SessionStart" => Some(Phase::SessionStart),
+        "AfterAgent" | "SessionEnd" => Some(Phase::TurnEnd),
         _ => None,
     }
 }
@@ -80,6 +81,7 @@ pub(super) fn parse(
             };
             return Ok(ev);
         }
+        Phase::TurnEnd => return Ok(ev),
         Phase::Pre | Phase::Post | Phase::PostFailure => {}
     }
 

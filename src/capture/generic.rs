@@ -35,7 +35,7 @@ pub(super) fn parse(
             ev.prompt = f.string("prompt")?;
             return Ok(ev);
         }
-        Phase::SessionStart => return Ok(ev),
+        Phase::SessionStart | Phase::TurnEnd => return Ok(ev),
         Phase::Pre | Phase::Post | Phase::PostFailure => {}
     }
     ev.call = Some(f.req_str("call")?.to_string());

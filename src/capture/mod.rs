@@ -137,10 +137,16 @@ pub enum Phase {
     Prompt,
     /// `ckpt hook session-start`: a session began.
     SessionStart,
+    /// `ckpt hook turn-end`: the agent ended its turn or the session (Claude
+    /// Code and Codex `Stop`, `SessionEnd`; Gemini CLI `AfterAgent`,
+    /// `SessionEnd`; Cursor `stop`): calls still open then are closed from
+    /// what is on disk.
+    TurnEnd,
 }
 
 impl Phase {
-    /// Returns the subcommand's name (`pre`, `post`, `post-failure`, `prompt`, `session-start`).
+    /// Returns the subcommand's name (`pre`, `post`, `post-failure`, `prompt`, `session-start`,
+    /// `turn-end`).
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pre => "pre",
@@ -148,6 +154,7 @@ impl Phase {
             Phase::PostFailure => "post-failure",
             Phase::Prompt => "prompt",
             Phase::SessionStart => "session-start",
+            Phase::TurnEnd => "turn-end",
         }
     }
 
@@ -173,10 +180,11 @@ impl FromStr for Phase {
             "post-failure" => Ok(Phase::PostFailure),
             "prompt" => Ok(Phase::Prompt),
             "session-start" => Ok(Phase::SessionStart),
+            "turn-end" => Ok(Phase::TurnEnd),
             _ => Err(UnknownName {
                 what: "hook phase",
                 name: short(s),
-                expected: "pre, post, post-failure, prompt or session-start",
+                expected: "pre, post, post-failure, prompt, session-start or turn-end",
             }),
         }
     }
@@ -341,11 +349,15 @@ pub struct HookEvent {
     pub side_effects: Vec<String>,
     /// Generic `compensation`.
     pub compensation: Option<Compensation>,
+    /// The agent process the call belongs to (set by the caller, not read
+    /// from the payload): a call whose agent is gone can be closed from what
+    /// is on disk (see [`crate::procs`]).
+    pub owner: Option<crate::procs::ProcId>,
 }
 
 impl HookEvent {
     /// Returns an event with every optional field empty.
-    fn empty(format: Format, phase: Phase) -> HookEvent {
+    pub fn empty(format: Format, phase: Phase) -> HookEvent {
         HookEvent {
             format,
             phase,
@@ -370,6 +382,7 @@ impl HookEvent {
             idempotency: None,
             side_effects: Vec::new(),
             compensation: None,
+            owner: None,
         }
     }
 
@@ -427,7 +440,7 @@ pub enum HookInputError {
     },
     /// The payload's event is not one ckpt handles.
     #[error(
-        "hook event `{event}` is not one ckpt handles for {format}; hook only tool, prompt and session-start events to `ckpt hook`"
+        "hook event `{event}` is not one ckpt handles for {format}; hook only tool, prompt, session-start and turn-end events to `ckpt hook`"
     )]
     UnknownEvent {
         /// The event name as sent (shortened).

@@ -1178,7 +1178,7 @@ fn an_event_sent_to_the_wrong_subcommand_is_refused() {
 fn events_ckpt_does_not_handle_are_unknown() {
     for (payload, format) in [
         (
-            r#"{"session_id":"s","hook_event_name":"Stop"}"#,
+            r#"{"session_id":"s","hook_event_name":"SubagentStop"}"#,
             Format::Claude,
         ),
         (
@@ -1186,7 +1186,7 @@ fn events_ckpt_does_not_handle_are_unknown() {
             Format::Claude,
         ),
         (
-            r#"{"conversation_id":"c","hook_event_name":"stop"}"#,
+            r#"{"conversation_id":"c","hook_event_name":"afterAgentResponse"}"#,
             Format::Cursor,
         ),
     ] {

@@ -44,12 +44,15 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         "tool": args.tool,
         "input": {"argv": args.command},
     });
-    let ev = capture::parse(
+    let mut ev = capture::parse(
         pre.to_string().as_bytes(),
         Phase::Pre,
         Some(Format::Generic),
     )
     .map_err(|e| CommandError::new(ERROR, e.to_string()))?;
+    // The call is this process's: if it is killed, the next ckpt command
+    // records what the command changed as this call's.
+    ev.owner = ckpt::procs::this_process();
     if let Err(e) = ckpt::hook::run(&ws, &cfg, &ev) {
         let msg = super::error::one_line(&e);
         if cfg.on_record_failure == OnRecordFailure::Block {
@@ -67,7 +70,8 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let status = std::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .current_dir(std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf()))
-        .status();
+        .spawn()
+        .and_then(wait_forwarding);
     let (code, failure) = match &status {
         Ok(s) => match s.code() {
             Some(c) => (c, (c != 0).then(|| format!("exit status {c}"))),
@@ -108,4 +112,45 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         super::ui::note(&format!("error: cannot run `{}`: {e}", args.command[0]));
     }
     Ok(code)
+}
+
+/// Waits for the command, forwarding the signals meant to stop it: ckpt
+/// itself does not die of SIGINT, SIGTERM, SIGHUP or SIGQUIT while the
+/// command runs, so the command's changes are recorded when it ends. A
+/// signal the terminal sent (Ctrl-C, a hang-up) reached the command's
+/// process group already and is not sent twice; one another process sent to
+/// ckpt (`kill`, a supervisor) is passed on.
+fn wait_forwarding(mut child: std::process::Child) -> std::io::Result<std::process::ExitStatus> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    use signal_hook::iterator::SignalsInfo;
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    use signal_hook::low_level::siginfo::Cause;
+    let mut signals = match SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT]) {
+        Ok(s) => s,
+        // Without handlers, a plain wait: the default actions stay.
+        Err(_) => return child.wait(),
+    };
+    let handle = signals.handle();
+    let pid = rustix::process::Pid::from_raw(child.id() as i32);
+    let forwarder = std::thread::spawn(move || {
+        for info in signals.forever() {
+            let from_terminal = match info.cause {
+                Cause::Kernel => true,
+                // Where the platform does not say: Ctrl-C and Ctrl-\ come from
+                // the terminal; a SIGTERM or SIGHUP to ckpt alone is passed on.
+                Cause::Unknown => matches!(info.signal, SIGINT | SIGQUIT),
+                _ => false,
+            };
+            if !from_terminal
+                && let (Some(pid), Some(sig)) =
+                    (pid, rustix::process::Signal::from_named_raw(info.signal))
+            {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
+    });
+    let status = child.wait();
+    handle.close();
+    let _ = forwarder.join();
+    status
 }

@@ -1,4 +1,4 @@
-//! `ckpt hook pre|post|post-failure|prompt|session-start`: one payload on stdin.
+//! `ckpt hook pre|post|post-failure|prompt|session-start|turn-end`: one payload on stdin.
 //!
 //! Exit codes follow the agents' hook contracts: 0 and silence on success; 2
 //! (blocking, stderr goes to the agent) when a pre hook could not save the before
@@ -25,13 +25,14 @@ pub enum PhaseArg {
     PostFailure,
     Prompt,
     SessionStart,
+    TurnEnd,
 }
 
 impl PhaseArg {
     /// The phase a command-line word names (as clap spells them).
     pub fn from_name(s: &str) -> Option<PhaseArg> {
         use PhaseArg::*;
-        [Pre, Post, PostFailure, Prompt, SessionStart]
+        [Pre, Post, PostFailure, Prompt, SessionStart, TurnEnd]
             .into_iter()
             .find(|p| p.name() == s)
     }
@@ -43,6 +44,7 @@ impl PhaseArg {
             PhaseArg::PostFailure => "post-failure",
             PhaseArg::Prompt => "prompt",
             PhaseArg::SessionStart => "session-start",
+            PhaseArg::TurnEnd => "turn-end",
         }
     }
 }
@@ -146,6 +148,18 @@ fn read_stdin_ready(head: &mut Vec<u8>) -> Option<Result<Vec<u8>, HookInputError
     outcome.map(|r| r.map(|()| std::mem::take(head)))
 }
 
+/// The agent process this hook runs for: `CKPT_AGENT_PID` (for wrappers
+/// that run hooks on an agent's behalf), Claude Code's `CLAUDE_PID`, else the
+/// nearest ancestor that is not a shell.
+fn agent_process() -> Option<ckpt::procs::ProcId> {
+    for var in ["CKPT_AGENT_PID", "CLAUDE_PID"] {
+        if let Some(pid) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
+            return ckpt::procs::id_of(pid);
+        }
+    }
+    ckpt::procs::agent_of_this_hook()
+}
+
 pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let phase = match args.phase {
         PhaseArg::Pre => Phase::Pre,
@@ -153,6 +167,7 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         PhaseArg::PostFailure => Phase::PostFailure,
         PhaseArg::Prompt => Phase::Prompt,
         PhaseArg::SessionStart => Phase::SessionStart,
+        PhaseArg::TurnEnd => Phase::TurnEnd,
     };
     let format = match &args.format {
         Some(f) => Some(
@@ -175,7 +190,7 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             return Err(CommandError::new(ERROR, format!("ckpt hook: {e}")));
         }
     };
-    let ev = match capture::parse(&bytes, phase, format) {
+    let mut ev = match capture::parse(&bytes, phase, format) {
         Ok(ev) => ev,
         Err(e) => {
             log_refusal(
@@ -197,6 +212,9 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             _ => ctx.workspace.clone(),
         }
     };
+    if phase == Phase::Pre {
+        ev.owner = agent_process();
+    }
     let blocking = phase == Phase::Pre;
     let fail = |what: String, policy: OnRecordFailure| -> Result<i32, CommandError> {
         if blocking && policy == OnRecordFailure::Block {

@@ -15,12 +15,13 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     } else {
         let count = |s: &str| r.calls.iter().filter(|c| c.status == s).count();
         ui.line(&format!(
-            "{} calls in the ledger; in doubt or recent: {} completed, {} failed, {} pending, {} uncertain; {} ckpt actions were unfinished",
+            "{} calls in the ledger; in doubt or recent: {} completed, {} failed, {} pending, {} uncertain, {} running; {} ckpt actions were unfinished",
             r.total_calls,
             count("completed"),
             count("failed"),
             count("pending"),
             count("uncertain"),
+            count("running"),
             r.actions.len()
         ))?;
         ui.line(&format!("wrote {}:\n", r.note))?;

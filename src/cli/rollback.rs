@@ -95,6 +95,9 @@ fn execute(
             dry_run,
         },
     )?;
+    for w in ckpt::hook::closed_warnings(&report.closed) {
+        super::ui::note(&format!("ckpt: {w}"));
+    }
     if step && report.files.is_empty() {
         let what = if selector == Selector::Undo {
             "undo"

@@ -113,13 +113,29 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         })
         .map(|(c, (t, _))| (c, t))
         .collect();
+    // Whether each call's agent still works on it, or is gone (then the
+    // next recover or rollback records what it changed).
+    let running = ckpt::hook::running_calls(&ws);
+    let gone: BTreeSet<String> = ckpt::hook::closable_calls(&ws, ckpt::hook::Close::AgentGone)
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    let agent_state = |c: &str| {
+        if running.contains(c) {
+            Some("running")
+        } else if gone.contains(c) {
+            Some("gone")
+        } else {
+            None
+        }
+    };
     if ui.json {
         ui.json(&serde_json::json!({
             "agent_files": agent_files,
             "user_edited": user_edited,
             "conflicts": open_conflicts,
             "uncertain": in_doubt.len(),
-            "uncertain_calls": in_doubt.iter().map(|(c, t)| serde_json::json!({"call": c, "tool": t})).collect::<Vec<_>>(),
+            "uncertain_calls": in_doubt.iter().map(|(c, t)| serde_json::json!({"call": c, "tool": t, "agent": agent_state(c)})).collect::<Vec<_>>(),
         }))?;
         return Ok(OK);
     }
@@ -162,7 +178,14 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             in_doubt.len()
         ))?;
         for (c, t) in in_doubt.iter().take(20) {
-            ui.line(&format!("  {c} {t}"))?;
+            let why = match agent_state(c) {
+                Some("running") => "  (its agent is still running it)",
+                Some(_) => {
+                    "  (cut short: its agent is gone; `ckpt recover` records what it changed)"
+                }
+                None => "",
+            };
+            ui.line(&format!("  {c} {t}{why}"))?;
         }
     }
     Ok(OK)

@@ -59,6 +59,10 @@ impl TestEnv {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("CKPT_WORKSPACE", &self.ws)
             .env("NO_COLOR", "1")
+            // Hooks run by the tests belong to no agent process (the test
+            // process lives on): calls cut short stay in doubt, as after a
+            // crash. Tests of a gone agent set it to a process they kill.
+            .env("CKPT_AGENT_PID", "0")
             .current_dir(&self.ws)
             .stdin(Stdio::null());
         c

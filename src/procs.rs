@@ -1,0 +1,110 @@
+//! Which process a call belongs to, and whether it is still alive: so a call
+//! whose agent is gone (killed, crashed) can be closed from what is on disk,
+//! while a call whose agent still works is left alone (`ckpt recover` is safe
+//! to run beside a working agent).
+//!
+//! A process is named by its pid and its start time (so a reused pid is not
+//! taken for the same process). Linux reads `/proc`; elsewhere nothing is
+//! known (`None`), and calls are closed only by their agent's end-of-turn
+//! events.
+
+use serde::{Deserialize, Serialize};
+
+/// A process: pid and start time (clock ticks after boot, `/proc/<pid>/stat`
+/// field 22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcId {
+    /// The pid.
+    pub pid: u32,
+    /// When it started.
+    pub start: u64,
+}
+
+/// Programs a hook runs under that are not the agent itself: shells that
+/// agents start hooks with, and wrappers.
+const NOT_THE_AGENT: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "fish", "ash", "ksh", "busybox", "env", "timeout", "nice",
+    "nohup", "ckpt", "npx", "npm",
+];
+
+/// What `/proc/<pid>/stat` says: (command name, state, parent pid, start
+/// time).
+fn stat(pid: u32) -> Option<(String, char, u32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state), so field n is rest[n - 3].
+    let state = rest.first()?.chars().next()?;
+    let ppid = rest.get(1)?.parse().ok()?;
+    let start = rest.get(19)?.parse().ok()?;
+    Some((comm, state, ppid, start))
+}
+
+/// The identity of process `pid`, if it runs now.
+pub fn id_of(pid: u32) -> Option<ProcId> {
+    let (_, state, _, start) = stat(pid)?;
+    (state != 'Z' && state != 'X').then_some(ProcId { pid, start })
+}
+
+/// The agent a hook process runs for: the nearest ancestor of this process
+/// that is not a shell or wrapper (see [`NOT_THE_AGENT`]), at most 8 levels
+/// up. `None` when it cannot be told.
+pub fn agent_of_this_hook() -> Option<ProcId> {
+    let mut pid = std::process::id();
+    for _ in 0..8 {
+        let (_, _, ppid, _) = stat(pid)?;
+        if ppid <= 1 {
+            return None;
+        }
+        let (comm, state, _, start) = stat(ppid)?;
+        if !NOT_THE_AGENT.contains(&comm.as_str()) {
+            return (state != 'Z').then_some(ProcId { pid: ppid, start });
+        }
+        pid = ppid;
+    }
+    None
+}
+
+/// This process.
+pub fn this_process() -> Option<ProcId> {
+    id_of(std::process::id())
+}
+
+/// Whether `p` still runs: `Some(false)` when it is gone (or its pid now
+/// names another process), `None` when this platform cannot tell.
+pub fn alive(p: &ProcId) -> Option<bool> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    Some(id_of(p.pid).is_some_and(|now| now.start == p.start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_dead_child_is_not() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        let me = this_process().expect("this process");
+        assert_eq!(alive(&me), Some(true));
+        let other = ProcId {
+            start: me.start + 1,
+            ..me
+        };
+        assert_eq!(
+            alive(&other),
+            Some(false),
+            "a reused pid is another process"
+        );
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = child.id();
+        child.wait().expect("wait");
+        assert!(id_of(pid).is_none(), "a reaped child is gone");
+    }
+}

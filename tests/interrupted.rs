@@ -1,0 +1,295 @@
+//! Calls that never get their after-event (issue 20, items 4 and 5): cut
+//! short with their agent gone, rejected by the agent, or interrupted by a
+//! signal. What they changed is recorded as theirs, so a rollback covers it;
+//! a call whose agent still works is left alone.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::TestEnv;
+use crate::hooks::hook;
+
+fn claude(event: &str, call: &str, tool: &str, input: Value) -> Vec<u8> {
+    json!({"session_id": "s1", "transcript_path": "/dev/null", "cwd": "/",
+           "hook_event_name": event, "tool_name": tool, "tool_input": input,
+           "tool_use_id": call})
+    .to_string()
+    .into_bytes()
+}
+
+fn stop(session: &str) -> Vec<u8> {
+    json!({"session_id": session, "transcript_path": "/dev/null", "cwd": "/",
+           "hook_event_name": "Stop", "stop_hook_active": false})
+    .to_string()
+    .into_bytes()
+}
+
+/// A stand-in for the agent process: alive until killed.
+fn agent() -> Child {
+    Command::new("sleep")
+        .arg("60")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn sleep")
+}
+
+fn ends(env: &TestEnv, call: &str) -> Vec<Value> {
+    env.ckpt(&["--json", "log"]).json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "tool_call" && r["call"] == call && r["status"] != "started")
+        .cloned()
+        .collect()
+}
+
+fn patches_of(env: &TestEnv, call: &str) -> Vec<String> {
+    env.ckpt(&["--json", "log"]).json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "file_patch" && r["call"] == call)
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Before: `recover` said "effects unknown" (exit 5) and `rollback --call`
+/// found nothing, leaving the file the cut-short command wrote.
+#[test]
+fn a_shell_call_whose_agent_died_is_recorded_as_its_call_and_rolled_back() {
+    let env = TestEnv::init();
+    env.write("keep.txt", b"mine\n");
+    let mut a = agent();
+    let pid = a.id().to_string();
+    let pre = claude("PreToolUse", "c1", "Bash", json!({"command": "make gen"}));
+    let r = hook(&env, "pre", &pre, &[("CKPT_AGENT_PID", &pid)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The command writes, and no post ever comes.
+    env.write("gen.txt", b"generated\n");
+    // While the agent lives the call is its own: running, not in doubt.
+    let r = env.ckpt(&["--json", "recover"]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let v = r.json();
+    let c = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["call"] == "c1")
+        .cloned();
+    assert_eq!(c.unwrap()["status"], "running", "{v:#}");
+    assert!(ends(&env, "c1").is_empty(), "nothing closed while it runs");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let st = env.ckpt(&["--json", "status"]).json();
+    assert_eq!(st["uncertain_calls"][0]["agent"], "gone", "{st:#}");
+    // A rollback first records what the call changed, then takes it out.
+    let r = env.ckpt(&["--json", "rollback", "--call", "c1"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("call c1 (Bash) ended without an after-event"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !env.ws.join("gen.txt").exists(),
+        "the command's file is rolled back"
+    );
+    assert_eq!(std::fs::read(env.ws.join("keep.txt")).unwrap(), b"mine\n");
+    assert_eq!(patches_of(&env, "c1"), ["gen.txt"]);
+    let e = ends(&env, "c1");
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0]["status"], "failed");
+    assert!(
+        e[0]["error"].as_str().unwrap().contains("interrupted"),
+        "{e:?}"
+    );
+    let r = env.ckpt(&["recover"]);
+    assert_eq!(r.code, 0, "nothing in doubt any more: {}", r.stdout);
+}
+
+/// Before: a call with no after-event stayed "in doubt" forever (Codex
+/// fires no post for a rejected patch, Gemini none for a blocked tool), and
+/// `recover` asked for a person (exit 5).
+#[test]
+fn the_end_of_the_turn_closes_calls_that_got_no_after_event() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\n");
+    env.write("b.txt", b"beta\n");
+    let a = env.ws.join("a.txt").to_string_lossy().into_owned();
+    // Rejected: an edit that never ran.
+    let pre = claude(
+        "PreToolUse",
+        "e1",
+        "Edit",
+        json!({"file_path": a, "old_string": "alpha", "new_string": "ALPHA"}),
+    );
+    assert_eq!(hook(&env, "pre", &pre, &[]).code, 0);
+    // A shell call that wrote and was then cut off.
+    let pre = claude(
+        "PreToolUse",
+        "b1",
+        "Bash",
+        json!({"command": "touch out.txt"}),
+    );
+    assert_eq!(hook(&env, "pre", &pre, &[]).code, 0);
+    env.write("out.txt", b"out\n");
+    // Another session's open call is not this turn's.
+    let b = env.ws.join("b.txt").to_string_lossy().into_owned();
+    let other = json!({"session_id": "s2", "transcript_path": "/dev/null", "cwd": "/",
+        "hook_event_name": "PreToolUse", "tool_name": "Write",
+        "tool_input": {"file_path": b, "content": "B\n"}, "tool_use_id": "x1"});
+    assert_eq!(hook(&env, "pre", other.to_string().as_bytes(), &[]).code, 0);
+    let r = hook(&env, "turn-end", &stop("s1"), &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("call e1 (Edit)"), "{}", r.stderr);
+    let e = ends(&env, "e1");
+    assert_eq!(e[0]["status"], "failed");
+    assert!(
+        e[0]["error"].as_str().unwrap().contains("never ran"),
+        "{e:?}"
+    );
+    assert!(patches_of(&env, "e1").is_empty());
+    assert_eq!(patches_of(&env, "b1"), ["out.txt"]);
+    assert!(
+        ends(&env, "x1").is_empty(),
+        "session s2's call is left open"
+    );
+    // The shell call's change is the agent's: rolled back with the call.
+    let r = env.ckpt(&["rollback", "--call", "b1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("out.txt").exists());
+    assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"alpha\n");
+    // Every event name that ends a turn reaches `turn-end`.
+    for (fmt, payload) in [
+        (
+            "claude",
+            json!({"session_id": "s9", "hook_event_name": "SessionEnd", "reason": "exit"}),
+        ),
+        (
+            "gemini",
+            json!({"session_id": "s9", "hook_event_name": "AfterAgent", "prompt": "p", "prompt_response": "r"}),
+        ),
+        (
+            "gemini",
+            json!({"session_id": "s9", "hook_event_name": "SessionEnd", "reason": "exit"}),
+        ),
+        (
+            "cursor",
+            json!({"conversation_id": "s9", "hook_event_name": "stop", "status": "completed"}),
+        ),
+    ] {
+        let r = crate::common::run_with_stdin(
+            &env,
+            &["hook", "turn-end", "--format", fmt],
+            payload.to_string().as_bytes(),
+            &[],
+        );
+        assert_eq!(r.code, 0, "{fmt} {payload}: {}", r.stderr);
+    }
+}
+
+fn wait_for(path: &std::path::Path) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Before: a SIGTERM (or a SIGINT from `kill`) killed `ckpt exec` at once:
+/// no post, and the command's change was later counted as the user's.
+#[test]
+fn ckpt_exec_passes_a_signal_on_and_records_what_the_command_did() {
+    use rustix::process::{Pid, Signal, kill_process};
+    for (sig, num, code) in [(Signal::TERM, 15, 143), (Signal::INT, 2, 130)] {
+        let env = TestEnv::init();
+        let mut child = env
+            .command(&[
+                "exec",
+                "--call",
+                "x1",
+                "--",
+                "sh",
+                "-c",
+                "echo partial > half.txt; touch started; exec sleep 30",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&env.ws.join("started"));
+        kill_process(Pid::from_raw(child.id() as i32).unwrap(), sig).unwrap();
+        let t = Instant::now();
+        let status = child.wait().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the command was stopped"
+        );
+        assert_eq!(status.code(), Some(code), "signal {num}");
+        assert_eq!(
+            std::fs::read(env.ws.join("half.txt")).unwrap(),
+            b"partial\n"
+        );
+        let e = ends(&env, "x1");
+        assert_eq!(e.len(), 1, "the post was recorded (signal {num})");
+        assert_eq!(e[0]["status"], "failed");
+        assert!(
+            e[0]["error"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("signal {num}")),
+            "{e:?}"
+        );
+        let mut p = patches_of(&env, "x1");
+        p.sort();
+        assert_eq!(p, ["half.txt", "started"]);
+    }
+}
+
+/// Before: `ckpt exec` killed with SIGKILL left its call open forever and its
+/// command's change unrecorded.
+#[test]
+fn ckpt_exec_killed_outright_is_closed_by_the_next_recover() {
+    let env = TestEnv::init();
+    let mut child = env
+        .command(&[
+            "exec",
+            "--call",
+            "k1",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > pid; echo made > made.txt; exec sleep 30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&env.ws.join("made.txt"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let orphan: i32 = std::fs::read_to_string(env.ws.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(orphan).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    let r = env.ckpt(&["--json", "recover"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let mut p = patches_of(&env, "k1");
+    p.sort();
+    assert_eq!(p, ["made.txt", "pid"]);
+    let r = env.ckpt(&["rollback", "--call", "k1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("made.txt").exists());
+}
