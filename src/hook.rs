@@ -764,9 +764,20 @@ fn post_with(
         b.finish()?;
         crate::timing("post: synced");
     }
-    let failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
+    let mut failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
+    let mut error = ev.error.clone();
+    // Codex says how a shell call ended only in its transcript.
+    if !failed
+        && ev.format == capture::Format::Codex
+        && ev.capture == Capture::Scan
+        && let (Some(t), Some(c)) = (&ev.transcript_path, &ev.call)
+        && let Some(code) = crate::codex_transcript::shell_exit_code(std::path::Path::new(t), c)
+        && code != 0
+    {
+        failed = true;
+        error = Some(format!("exit status {code}"));
+    }
     let end = if failed {
-        let error = ev.error.clone();
         let error = error.unwrap_or_else(|| "the tool reported a failure".into());
         ToolCall::end(call.clone(), tool, CallStatus::Failed, Some(error))
     } else {

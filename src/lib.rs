@@ -49,6 +49,7 @@ pub mod call;
 pub mod capture;
 pub mod checkpoint;
 pub mod claude_transcript;
+pub mod codex_transcript;
 pub mod compensate;
 pub mod config;
 pub mod conflict;

@@ -321,7 +321,16 @@ fn init_hooks_merges_into_claude_settings_and_twice_changes_nothing() {
         "byte for byte"
     );
     for agent in ["codex", "gemini", "cursor"] {
-        assert_eq!(env.ckpt(&["init", "--hooks", agent]).code, 0, "{agent}");
+        let r = env.ckpt(&["init", "--hooks", agent]);
+        assert_eq!(r.code, 0, "{agent}");
+        // Gemini CLI reads project hooks only where it starts: said at once.
+        assert_eq!(
+            r.stderr
+                .contains("a session started in a subdirectory records nothing"),
+            agent == "gemini",
+            "{agent}: {}",
+            r.stderr
+        );
     }
     assert!(
         env.ws.join(".gemini/settings.json").is_file()

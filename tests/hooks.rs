@@ -1191,3 +1191,55 @@ fn a_subagents_call_and_its_turn_are_recorded() {
     assert_eq!(started["subagent"]["id"], "sub-1", "{started:#}");
     assert_eq!(started["subagent"]["type"], "Explore", "{started:#}");
 }
+
+/// Codex 0.171 sends a failing shell call's post with no exit code
+/// (`tool_response` is the output only); the exit code is in its
+/// transcript. Before: the call was recorded `succeeded`.
+#[test]
+fn a_failing_codex_shell_call_is_recorded_failed_from_its_transcript() {
+    let env = TestEnv::init();
+    let transcript = env.home.join("rollout.jsonl");
+    let line = |id: &str, code: i64| {
+        format!(
+            r#"{{"type":"event_msg","payload":{{"type":"item_completed","item":{{"type":"CommandExecution","id":"{id}","status":"{}","exit_code":{code}}}}}}}"#,
+            if code == 0 { "completed" } else { "failed" }
+        )
+    };
+    std::fs::write(
+        &transcript,
+        format!("{}\n{}\n", line("ok1", 0), line("bad1", 2)),
+    )
+    .unwrap();
+    for (id, want) in [("ok1", "succeeded"), ("bad1", "failed")] {
+        let payload = |event: &str| {
+            serde_json::json!({"session_id": "s", "turn_id": "t", "transcript_path": transcript,
+                "cwd": env.ws, "hook_event_name": event, "model": "gpt-5.5",
+                "permission_mode": "bypassPermissions", "tool_name": "Bash",
+                "tool_input": {"command": "printf 'partial\\n' > failing.txt; exit 2"},
+                "tool_response": "", "tool_use_id": id})
+            .to_string()
+        };
+        let r = hook(
+            &env,
+            "pre",
+            payload("PreToolUse").as_bytes(),
+            &[("CKPT_AGENT_PID", "0")],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let r = crate::common::run_with_stdin(
+            &env,
+            &["hook", "post", "--format", "codex"],
+            payload("PostToolUse").as_bytes(),
+            &[],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let end = records(&env)
+            .into_iter()
+            .rfind(|r| r["kind"] == "tool_call" && r["call"] == id)
+            .unwrap();
+        assert_eq!(end["status"], want, "{end}");
+        if want == "failed" {
+            assert_eq!(end["error"], "exit status 2", "{end}");
+        }
+    }
+}

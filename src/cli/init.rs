@@ -123,6 +123,16 @@ fn ckpt_command() -> String {
     }
 }
 
+/// Gemini CLI 0.61 reads a project's `.gemini/settings.json` only in the
+/// directory it starts in (no search up to the project root): said at
+/// install, since a session started elsewhere records nothing.
+fn gemini_where(ws: &Workspace) -> String {
+    format!(
+        "warning: Gemini CLI runs these hooks only when it is started in `{}` itself; a session started in a subdirectory records nothing",
+        ws.root().display()
+    )
+}
+
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let agent = match &args.hooks {
         Some(a) => Some(
@@ -161,6 +171,9 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         None => None,
     };
     if ui.json {
+        if agent == Some(ckpt::agent_settings::Agent::Gemini) {
+            super::ui::note(&gemini_where(&ws));
+        }
         let trust = match agent {
             Some(ckpt::agent_settings::Agent::Codex) => Some(codex_trust(ui, &ws, args.trust)?),
             _ => None,
@@ -191,6 +204,9 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     }
     if agent == Some(ckpt::agent_settings::Agent::Codex) {
         codex_trust(ui, &ws, args.trust)?;
+    }
+    if agent == Some(ckpt::agent_settings::Agent::Gemini) {
+        super::ui::note(&gemini_where(&ws));
     }
     if hooks.is_some() && !stats.created {
         return Ok(OK);

@@ -13,7 +13,10 @@
 // object's keys sorted: {"event_name": "<snake_case event>", "hooks":
 // [{"async": false, "command": "<cmd>", "timeout": <sec, default 600>,
 // "type": "command"}], "matcher": "<matcher>"} (matcher left out for the
-// events that take none; statusMessage only when set).
+// events that take none; statusMessage only when set). Codex clamps the
+// timeout of Interrupt and SessionEnd to 3 s and hashes the value as written,
+// so `ckpt init --hooks codex` writes 3 there: a handler that says anything
+// else gets a hash Codex never matches (the handler is skipped in silence).
 //
 //   node codex-trust.js PROJECT_DIR   -> TOML on stdout
 'use strict';
@@ -29,9 +32,11 @@ const EVENT_LABELS = {
   SessionStart: 'session_start',
   UserPromptSubmit: 'user_prompt_submit',
   Stop: 'stop',
+  Interrupt: 'interrupt',
+  SessionEnd: 'session_end',
 };
 // Events whose matcher Codex ignores (it hashes them with no matcher).
-const NO_MATCHER = new Set(['UserPromptSubmit', 'Stop']);
+const NO_MATCHER = new Set(['UserPromptSubmit', 'Stop', 'Interrupt', 'SessionEnd']);
 
 function sortedJson(v) {
   if (Array.isArray(v)) return `[${v.map(sortedJson).join(',')}]`;

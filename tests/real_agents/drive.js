@@ -9,9 +9,16 @@
 //          baseUrlEnv: {NAME: "http://127.0.0.1:{port}..."} (the port filled in),
 //          files: {path: "text with {port}"} (written before the client starts),
 //          userEdits: {"<turn>": [{path, op: "write"|"replace"|"append", content, from, to}]},
-//          kill: {atTurn, delayMs}   kill -9 the client delayMs after turn atTurn is answered,
+//          kill: {atTurn, delayMs,   kill -9 the client delayMs after turn atTurn is answered,
+//                 signal, graceMs,   or send `signal` (e.g. "SIGINT") to the agent process alone
+//                                    (the last of the client's chain, not its tools), and kill -9
+//                                    what is left of the client after graceMs,
+//                 before: [{bin, args, cwd}],  commands run just before (outputs in the result),
+//                 after: [{bin, args, cwd}],   and after the client ended and settleMs passed,
+//                 stateDir},         a directory of ckpt's open-call state files, read just before
 //          drainMs}                  how long to let the client's orphans finish after a kill
-// RESULT: {code, signal, killed, timedOut, ms, stdout, stderr, turnsServed, requests}
+// RESULT: {code, signal, killed, timedOut, ms, stdout, stderr, turnsServed, requests,
+//          kills: [{victims, signal, target, openCalls, before}], escalated, after}
 'use strict';
 
 const fs = require('node:fs');
@@ -49,8 +56,9 @@ function procTable() {
       const st = fs.readFileSync(`/proc/${n}/stat`, 'utf8');
       const close = st.lastIndexOf(')');
       const comm = st.slice(st.indexOf('(') + 1, close);
-      const ppid = Number(st.slice(close + 2).split(' ')[1]);
-      out.set(Number(n), { comm, ppid });
+      const rest = st.slice(close + 2).split(' ');
+      // field 4 is the parent, field 22 the start time (rest[0] is field 3)
+      out.set(Number(n), { comm, ppid: Number(rest[1]), start: Number(rest[19]) });
     } catch { /* gone */ }
   }
   return out;
@@ -63,7 +71,41 @@ function clientProcesses(root) {
       if (p.ppid === mine[i] && !TOOL_COMMS.has(p.comm)) mine.push(pid);
     }
   }
-  return mine.map((pid) => ({ pid, comm: (table.get(pid) || {}).comm }));
+  return mine.map((pid) => ({ pid, comm: (table.get(pid) || {}).comm, start: (table.get(pid) || {}).start }));
+}
+
+// ckpt's state files of the calls still open (`.agent-runtime/state/calls/`),
+// with what runs now under the agent process each one names: to check the
+// pre hook's guess of the agent process against the client's real processes.
+function openCallStates(dir) {
+  if (!dir) return [];
+  const table = procTable();
+  let names = [];
+  try { names = fs.readdirSync(dir).filter((n) => n.endsWith('.json')); } catch { return []; }
+  const out = [];
+  for (const n of names) {
+    let j;
+    try { j = JSON.parse(fs.readFileSync(require('node:path').join(dir, n), 'utf8')); } catch { continue; }
+    const p = j.proc || null;
+    const now = p ? table.get(p.pid) : null;
+    out.push({
+      call: j.call, tool: j.tool, session: j.session, agent: j.agent, proc: p,
+      procNow: now ? { comm: now.comm, ppid: now.ppid, sameStart: now.start === p.start } : null,
+    });
+  }
+  return out;
+}
+
+function runCommands(cmds) {
+  const { spawnSync } = require('node:child_process');
+  return (cmds || []).map((c) => {
+    const r = spawnSync(c.bin, c.args || [], { cwd: c.cwd, encoding: 'utf8', timeout: 15000, killSignal: 'SIGKILL' });
+    return { args: c.args, code: r.status, stdout: r.stdout || '', stderr: (r.stderr || '').slice(0, 2000) };
+  });
+}
+function alive(pid) {
+  try { process.kill(pid, 0); } catch { return false; }
+  try { return !/^\S+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return false; }
 }
 
 function groupAlive(pgid) {
@@ -74,6 +116,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 (async () => {
   let child = null;
   let killTimer = null;
+  let escalateTimer = null;
   const mock = await startMock({
     format: cfg.format,
     script: cfg.script,
@@ -113,9 +156,30 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
       if (at !== undefined) {
         clearInterval(poll);
         killTimer = setTimeout(() => {
+          const openCalls = openCallStates(cfg.kill.stateDir);
+          const before = runCommands(cfg.kill.before);
           killed = true;
           const victims = clientProcesses(child.pid);
-          log({ t: Date.now(), kind: 'kill', victims });
+          if (cfg.kill.signal) {
+            // As a user's Ctrl-C or a supervisor's `kill` would: the client
+            // gets the signal and may end the turn (and fire its hooks).
+            // To the agent itself, the last of its chain: the npm launcher of
+            // Codex passes signals on, but Gemini's first process ignores
+            // SIGINT/SIGTERM/SIGHUP (its relaunched child handles them).
+            const target = victims[victims.length - 1];
+            log({ t: Date.now(), kind: 'kill', victims, signal: cfg.kill.signal, target, openCalls, before });
+            try { process.kill(target.pid, cfg.kill.signal); } catch { /* gone */ }
+            escalateTimer = setTimeout(() => {
+              if (!alive(child.pid)) return;
+              const left = clientProcesses(child.pid);
+              log({ t: Date.now(), kind: 'escalate', victims: left });
+              for (const v of left) {
+                try { process.kill(v.pid, 'SIGKILL'); } catch { /* gone */ }
+              }
+            }, cfg.kill.graceMs || 8000);
+            return;
+          }
+          log({ t: Date.now(), kind: 'kill', victims, signal: 'SIGKILL', openCalls, before });
           for (const v of victims) {
             try { process.kill(v.pid, 'SIGKILL'); } catch { /* gone */ }
           }
@@ -133,9 +197,13 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const ms = Date.now() - started;
   clearTimeout(deadline);
   if (killTimer) clearTimeout(killTimer);
+  if (escalateTimer) clearTimeout(escalateTimer);
   // Orphans (a shell command the client started) may still run: give them
   // drainMs, then stop whatever is left of the group.
   if (killed && cfg.settleMs) await sleep(cfg.settleMs); // orphans outside the group too
+  // Commands run once the client is gone, still inside its PID namespace (so
+  // the pids ckpt recorded mean what they meant).
+  const after = killed && cfg.kill ? runCommands(cfg.kill.after) : [];
   const drainUntil = Date.now() + (cfg.drainMs || 0);
   while (groupAlive(pgid) && Date.now() < drainUntil) await sleep(50);
   if (groupAlive(pgid)) {
@@ -153,6 +221,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     turnsServed: mock.stats.turnsServed,
     requests: logLines.filter((e) => e.kind !== 'user_edit').map((e) => ({ kind: e.kind, url: e.url, turn: e.turn, results: e.results, userText: e.userText, t: e.t })),
     kills: logLines.filter((e) => e.kind === 'kill'),
+    escalated: logLines.filter((e) => e.kind === 'escalate'),
+    after,
     started,
   };
   fs.writeFileSync(cfg.result, JSON.stringify(result, null, 2));

@@ -142,7 +142,9 @@ const CLIENTS = {
   claude: {
     format: 'anthropic',
     bin: () => path.join(CACHE, `claude-code-${VERSIONS.claude}`, 'node_modules/.bin/claude'),
-    settingsFile: '.claude/settings.json',
+    // Where `ckpt init --hooks claude` puts the hooks (settings.local.json
+    // since session 14; an older ckpt wrote settings.json): the first that exists.
+    settingsFiles: ['.claude/settings.local.json', '.claude/settings.json'],
     env: (d) => ({
       ANTHROPIC_BASE_URL: 'http://127.0.0.1:{port}',
       ANTHROPIC_API_KEY: 'test',
@@ -169,7 +171,7 @@ const CLIENTS = {
   codex: {
     format: 'responses',
     bin: () => path.join(CACHE, `codex-${VERSIONS.codex}`, 'node_modules/.bin/codex'),
-    settingsFile: '.codex/hooks.json',
+    settingsFiles: ['.codex/hooks.json'],
     env: (d) => ({ CODEX_HOME: d.clientHome, MOCK_API_KEY: 'test' }),
     args: (prompt) => ['exec', '--dangerously-bypass-approvals-and-sandbox', '--json', prompt],
     // config.toml: the mock provider, and (unless the scenario says not) the
@@ -209,7 +211,7 @@ const CLIENTS = {
   gemini: {
     format: 'gemini',
     bin: () => path.join(CACHE, `gemini-cli-${VERSIONS.gemini}`, 'node_modules/.bin/gemini'),
-    settingsFile: '.gemini/settings.json',
+    settingsFiles: ['.gemini/settings.json'],
     env: (d, sc) => ({
       GOOGLE_GEMINI_BASE_URL: 'http://127.0.0.1:{port}',
       GEMINI_API_KEY: 'test',
@@ -237,6 +239,12 @@ const CLIENTS = {
     extraCaptureEvents: ['BeforeAgent', 'AfterAgent', 'SessionEnd'],
   },
 };
+
+// The agent's settings file `ckpt init --hooks` wrote in workspace `ws`.
+function settingsFile(agent, ws) {
+  const fs_ = CLIENTS[agent].settingsFiles;
+  return path.join(ws, fs_.find((f) => fs.existsSync(path.join(ws, f))) || fs_[0]);
+}
 
 // ---------------------------------------------------------------- workspace
 function makeWorkspace(agent, name, settingsEdit) {
@@ -523,6 +531,70 @@ SCENARIOS['4-parallel'] = (agent) => {
   return { d, res, records };
 };
 
+// The open calls' agent processes as the pre hooks recorded them
+// (`.agent-runtime/state/calls/*.json` "proc", read by drive.js just before
+// the kill or the signal, inside the client's PID namespace) against the
+// client's own processes then: the call's agent is the client's last process
+// (Claude Code's one, Codex's native binary under the npm launcher, Gemini's
+// relaunched child).
+function agentProcCheck(agent, sc, res, shellCall) {
+  const k = (res.kills || [])[0];
+  if (!k) return report(agent, sc, 'the shell call\'s pre recorded the client as its agent process', false, 'no kill entry in the drive result');
+  const open = k.openCalls || [];
+  console.log(`INFO ${agent} ${sc}: open calls just before the ${k.signal}: ${JSON.stringify(open.map((c) => ({ call: c.call, tool: c.tool, proc: c.proc, now: c.procNow })))}; the client's processes ${JSON.stringify(k.victims)}`);
+  const st = open.find((c) => c.call === shellCall) || open[0];
+  const victims = k.victims || [];
+  const want = victims[victims.length - 1];
+  const got = st && st.proc;
+  const ok = got && want && got.pid === want.pid && got.start === want.start;
+  const which = got ? victims.find((v) => v.pid === got.pid && v.start === got.start) : null;
+  return report(agent, sc, `the shell call's pre recorded the agent process (the client's ${want ? `${want.comm}, pid ${want.pid}` : '?'})`, ok,
+    !st ? `no open call state file (${open.length} open)` : !got ? `call ${st.call} has no "proc"` :
+      `recorded pid ${got.pid} start ${got.start}: ${which ? `the client's ${which.comm}` : st.procNow ? `${st.procNow.comm} (ppid ${st.procNow.ppid}${st.procNow.sameStart ? '' : ', another start time'}), not a client process` : 'no such process'}`);
+}
+// What `ckpt status --json` and `ckpt recover --json` said of the shell call
+// while the client still ran (drive.js ran them just before the kill).
+function whileRunningChecks(agent, sc, res, shellCall) {
+  const k = (res.kills || [])[0] || {};
+  const [stB, recB] = k.before || [];
+  let st = null;
+  let rec = null;
+  try { st = JSON.parse(stB.stdout); } catch { /* none */ }
+  try { rec = JSON.parse(recB.stdout); } catch { /* none */ }
+  const sEntry = st && (st.uncertain_calls || []).find((c) => c.call === shellCall);
+  report(agent, sc, 'status while the client still ran: the shell call\'s agent is "running"', sEntry && sEntry.agent === 'running',
+    st ? `uncertain ${st.uncertain} ${JSON.stringify(st.uncertain_calls).slice(0, 200)}` : `status exit ${stB && stB.code}: ${tail(stB && stB.stderr, 160)}`);
+  const rEntry = rec && (rec.calls || []).find((c) => c.call === shellCall);
+  report(agent, sc, 'recover while the client still ran: the shell call is "running", left open', rEntry && rEntry.status === 'running',
+    rec ? `exit ${recB.code}; ${JSON.stringify(rEntry || rec.calls).slice(0, 200)}` : `recover exit ${recB && recB.code}: ${tail(recB && recB.stderr, 160)}`);
+}
+// What `ckpt status --json` said of the shell call once the client was gone,
+// run inside the client's PID namespace (the harness's own status after the
+// run is outside it, where the recorded pids name other processes).
+function afterKillCheck(agent, sc, res, shellCall, want) {
+  const [a] = res.after || [];
+  let st = null;
+  try { st = JSON.parse(a.stdout); } catch { /* none */ }
+  const e = st && (st.uncertain_calls || []).find((c) => c.call === shellCall);
+  return report(agent, sc, `status after the kill (in the client's PID namespace): the shell call's agent is "${want}"`, e && e.agent === want,
+    st ? `uncertain ${st.uncertain} ${JSON.stringify(st.uncertain_calls).slice(0, 200)}` : `status exit ${a && a.code}: ${tail(a && a.stderr, 160)}`);
+}
+// The ledger's records of one call: statuses and the last error.
+function callEnd(records, call) {
+  const rs = records.filter((r) => r.kind === 'tool_call' && r.call === call);
+  const last = rs[rs.length - 1];
+  return { statuses: rs.map((r) => r.status), error: last && last.error, ended: rs.some((r) => r.status === 'succeeded' || r.status === 'failed') };
+}
+// rollback --call of the interrupted shell call: the file its orphaned child
+// wrote goes, the earlier call's file stays.
+function rollbackCallCheck(agent, sc, d, call, file, keep, wrote) {
+  const rb = ckptJson(d.ws, ['rollback', '--call', call]);
+  const gone = !fs.existsSync(path.join(d.ws, file));
+  const kept = fs.existsSync(path.join(d.ws, keep));
+  return report(agent, sc, `rollback --call <the shell call> takes ${file} out, keeps ${keep}`, rb.code === 0 && gone && kept,
+    `exit ${rb.code}${rb.code ? ' ' + firstLine(rb.stderr) : ''}; ${file} ${wrote ? (gone ? 'removed' : 'still there') : 'was never written'}; ${keep} ${kept ? 'kept' : 'gone'}${rb.stderr.includes('without an after-event') || rb.stderr.includes('cut short') ? '; rollback said: ' + tail(rb.stderr, 200) : ''}`);
+}
+
 SCENARIOS['5-crash'] = (agent) => {
   const sc = '5-crash';
   const d = makeWorkspace(agent, sc);
@@ -534,7 +606,13 @@ SCENARIOS['5-crash'] = (agent) => {
       [{ op: 'write', path: 'before_crash.md', content: 'written before the crash\n' }],
       [{ op: 'shell', cmd: "sleep 2; printf 'done\\n' > crash.txt" }],
     ],
-    kill: { atTurn: 1, delayMs: 800 },
+    kill: {
+      atTurn: 1,
+      delayMs: 800,
+      stateDir: path.join(d.ws, '.agent-runtime/state/calls'),
+      before: [{ bin: CKPT, args: ['status', '--json'], cwd: d.ws }, { bin: CKPT, args: ['recover', '--json'], cwd: d.ws }],
+      after: [{ bin: CKPT, args: ['status', '--json'], cwd: d.ws }],
+    },
     settleMs: 3000,
   });
   if (!clientOk(agent, sc, res, 2, true)) return null;
@@ -544,21 +622,132 @@ SCENARIOS['5-crash'] = (agent) => {
   const records = ledger(d.ws);
   const cs = calls(records);
   const open = cs.filter((c) => c.statuses.length === 1 && c.statuses[0] === 'started');
+  const shellCall = open[0] && open[0].call;
+  agentProcCheck(agent, sc, res, shellCall);
+  whileRunningChecks(agent, sc, res, shellCall);
+  afterKillCheck(agent, sc, res, shellCall, 'gone');
   report(agent, sc, 'the interrupted shell call recorded as started, with no end', open.length === 1, describeLedger(records));
   const st = ckptJson(d.ws, ['status']);
-  report(agent, sc, 'status lists the interrupted call as in doubt', st.json && st.json.uncertain === 1,
+  const stEntry = st.json && (st.json.uncertain_calls || []).find((c) => c.call === shellCall);
+  report(agent, sc, 'status lists the interrupted call as in doubt, its agent "gone"', st.json && st.json.uncertain === 1 && stEntry && stEntry.agent === 'gone',
     st.json ? `uncertain ${st.json.uncertain} ${JSON.stringify(st.json.uncertain_calls).slice(0, 200)}` : firstLine(st.stderr));
   const rec = ckptJson(d.ws, ['recover']);
   const recCalls = (rec.json && rec.json.calls) || [];
   const mine = recCalls.find((c) => open[0] && c.call === open[0].call);
   console.log(`INFO ${agent} ${sc}: recover exit ${rec.code}; its verdict on the call: ${JSON.stringify(mine || recCalls).slice(0, 300)}`);
   report(agent, sc, 'recover classifies the interrupted call', rec.code !== null && rec.json && mine, `exit ${rec.code}; ${tail(rec.stdout, 200)}`);
-  const after = patches(ledger(d.ws)).filter((p) => p.path === 'crash.txt');
-  report(agent, sc, 'what the interrupted call did (crash.txt) is recorded as its patch', !crashed || after.length > 0,
-    crashed ? (after.length ? `patch ${after[0].patch} by ${after[0].call}` : `crash.txt exists on disk but no file_patch names it; recover said ${JSON.stringify(mine && (mine.verdict || mine.status || mine)).slice(0, 160)}`) : 'crash.txt never written');
+  const after = ledger(d.ws);
+  const crashPatch = patches(after).filter((p) => p.path === 'crash.txt');
+  report(agent, sc, 'what the interrupted call did (crash.txt) is recorded as its patch', !crashed || crashPatch.some((p) => p.call === shellCall),
+    crashed ? (crashPatch.length ? `patch ${crashPatch[0].patch} by ${crashPatch[0].call}${crashPatch[0].call === shellCall ? ' (the shell call)' : `, not the shell call ${shellCall}`}` : `crash.txt exists on disk but no file_patch names it; recover said ${JSON.stringify(mine && (mine.verdict || mine.status || mine)).slice(0, 160)}`) : 'crash.txt never written');
+  const end = shellCall ? callEnd(after, shellCall) : null;
+  report(agent, sc, 'recover closed the shell call (its agent is gone)', end && end.ended, end ? `${end.statuses.join('>')}: ${end.error || ''}` : 'no shell call');
+  if (shellCall) rollbackCallCheck(agent, sc, d, shellCall, 'crash.txt', 'before_crash.md', crashed);
   rollbackTo(agent, sc, d, ck, baseline, 'rollback --to the harness checkpoint takes the interrupted call\'s file out too');
   verify(agent, sc, d, 'after recover and rollback');
   return { d, res, records };
+};
+
+// The client told to stop (SIGINT to its agent process, as `kill -INT` or a
+// supervisor would) while a shell command runs: which turn-end hooks it
+// fires (each wrapped by capture-hook.sh), whether they close the call, and
+// that a rollback --call (which closes a call whose agent is gone first)
+// takes out what the command's child wrote.
+SCENARIOS['5b-interrupt'] = (agent) => {
+  const sc = '5b-interrupt';
+  const capDir = path.join(RUN, agent, `${sc}-turn-end`);
+  fs.mkdirSync(capDir, { recursive: true });
+  const d = makeWorkspace(agent, sc, (ws) => {
+    const f = settingsFile(agent, ws);
+    const doc = JSON.parse(fs.readFileSync(f, 'utf8'));
+    for (const [ev, groups] of Object.entries(doc.hooks || {})) {
+      for (const g of groups) {
+        for (const h of g.hooks || []) {
+          if (/ hook turn-end\b/.test(h.command || '')) h.command = `sh ${path.join(HERE, 'capture-hook.sh')} ${capDir} ${ev} ${h.command}`;
+        }
+      }
+    }
+    fs.writeFileSync(f, JSON.stringify(doc, null, 2) + '\n');
+  });
+  const baseline = treeState(d.ws);
+  const ck = harnessCheckpoint(d);
+  const res = runClient(agent, d, {}, {
+    prompt: 'ckpt-e2e prompt five b: interrupted mid-call',
+    turns: [
+      [{ op: 'write', path: 'before_interrupt.md', content: 'written before the interrupt\n' }],
+      [{ op: 'shell', cmd: "sleep 2; printf 'done\\n' > interrupted.txt" }],
+    ],
+    kill: { atTurn: 1, delayMs: 800, signal: 'SIGINT', graceMs: 8000, stateDir: path.join(d.ws, '.agent-runtime/state/calls') },
+    settleMs: 3000,
+  });
+  if (!clientOk(agent, sc, res, 2, true)) return null;
+  const k = (res.kills || [])[0] || {};
+  const esc = (res.escalated || [])[0];
+  console.log(`INFO ${agent} ${sc}: ${k.signal} to ${JSON.stringify(k.target)} (client ${JSON.stringify(k.victims)}); client exit ${res.code} signal ${res.signal} ${res.ms} ms after start${esc ? `; still running 8 s after the signal: kill -9 of ${JSON.stringify(esc.victims)}` : ''}`);
+  const fired = fs.readdirSync(capDir).filter((n) => n.endsWith('.json')).sort().map((n) => n.replace(/^\d+-\d+-/, '').replace(/\.json$/, ''));
+  const wrote = fs.existsSync(path.join(d.ws, 'interrupted.txt'));
+  console.log(`INFO ${agent} ${sc}: turn-end hooks that fired: ${fired.join(', ') || 'none'}; the command's child ${wrote ? 'wrote' : 'did not write'} interrupted.txt`);
+  const records = ledger(d.ws);
+  const cs = calls(records);
+  const shellCall = ((k.openCalls || [])[0] || {}).call || (cs[1] && cs[1].call);
+  agentProcCheck(agent, sc, res, shellCall);
+  const end = shellCall ? callEnd(records, shellCall) : null;
+  console.log(`INFO ${agent} ${sc}: the shell call before any recover or rollback: ${end ? `${end.statuses.join('>')}${end.error ? ': ' + end.error : ''}` : 'not in the ledger'}; ${describeLedger(records)}`);
+  const sessionEnded = fired.length > 0;
+  if (sessionEnded) {
+    const ps = patches(records).filter((p) => p.call === shellCall).map((p) => p.path);
+    report(agent, sc, `the interrupted shell call closed when the client ended (${fired.join(', ')} -> turn-end), with what its child wrote`,
+      end && end.ended && (!wrote || ps.includes('interrupted.txt')),
+      end ? `${end.statuses.join('>')}${end.error ? ': ' + end.error : ''}; its patches [${ps}]${wrote && !ps.includes('interrupted.txt') ? '; interrupted.txt written after the call was closed' : ''}` : 'no shell call');
+    const st = ckptJson(d.ws, ['status']);
+    report(agent, sc, 'nothing in doubt after the turn-end hook', st.json && st.json.uncertain === 0,
+      st.json ? `uncertain ${st.json.uncertain} ${JSON.stringify(st.json.uncertain_calls).slice(0, 200)}` : firstLine(st.stderr));
+  } else {
+    console.log(`INFO ${agent} ${sc}: no turn-end hook fired after the ${k.signal}; the call is left to recover or a rollback`);
+  }
+  if (shellCall) {
+    // No recover: the rollback closes a call whose agent is gone first.
+    rollbackCallCheck(agent, sc, d, shellCall, 'interrupted.txt', 'before_interrupt.md', wrote);
+    const after = ledger(d.ws);
+    const e2 = callEnd(after, shellCall);
+    report(agent, sc, 'the shell call is closed after the rollback (by its client, turn-end or the rollback)', e2.ended, `${e2.statuses.join('>')}${e2.error ? ': ' + e2.error : ''}`);
+  }
+  rollbackTo(agent, sc, d, ck, baseline, 'rollback --to the harness checkpoint restores the crate byte for byte');
+  verify(agent, sc, d, 'after the interrupt and rollbacks');
+  return { d, res, records };
+};
+
+// Codex and Gemini only: the client started from a Claude Code Bash tool
+// (which exports CLAUDE_PID to its commands; here CLAUDE_PID names the
+// namespace's first process, drive.js, alive all through the run as that
+// Claude Code would be), killed mid-call. The call's agent is the client,
+// not the Claude Code it inherited CLAUDE_PID from: once the client is gone
+// the call must not be taken for "running".
+SCENARIOS['5c-nested-claude-pid'] = (agent) => {
+  const sc = '5c-nested-claude-pid';
+  if (agent === 'claude') return null;
+  const d = makeWorkspace(agent, sc);
+  const res = runClient(agent, d, {}, {
+    prompt: 'ckpt-e2e prompt five c: started under Claude Code, killed mid-call',
+    env: { CLAUDE_PID: '1' },
+    turns: [
+      [{ op: 'write', path: 'before_crash.md', content: 'written before the crash\n' }],
+      [{ op: 'shell', cmd: "sleep 2; printf 'done\\n' > crash.txt" }],
+    ],
+    kill: {
+      atTurn: 1,
+      delayMs: 800,
+      stateDir: path.join(d.ws, '.agent-runtime/state/calls'),
+      after: [{ bin: CKPT, args: ['status', '--json'], cwd: d.ws }],
+    },
+    settleMs: 3000,
+  });
+  if (!clientOk(agent, sc, res, 2, true)) return null;
+  const k = (res.kills || [])[0] || {};
+  const shellCall = ((k.openCalls || [])[0] || {}).call;
+  agentProcCheck(agent, sc, res, shellCall);
+  afterKillCheck(agent, sc, res, shellCall, 'gone');
+  return { d, res };
 };
 
 // Codex and Gemini only: the trust the client needs, missing. Not silent is a PASS.
@@ -625,7 +814,7 @@ SCENARIOS['6-resume'] = (agent) => {
 function captureSettings(agent, capDir) {
   const C = CLIENTS[agent];
   return (ws) => {
-    const f = path.join(ws, C.settingsFile);
+    const f = settingsFile(agent, ws);
     const doc = JSON.parse(fs.readFileSync(f, 'utf8'));
     const wrap = (ev, cmd) => `sh ${path.join(HERE, 'capture-hook.sh')} ${capDir} ${ev}${cmd ? ' ' + cmd : ''}`;
     for (const [ev, groups] of Object.entries(doc.hooks)) {
@@ -731,7 +920,7 @@ function overhead(agent, n) {
   // (much less noisy).
   const tools = { with: [], without: [] };
   for (const mode of ['with', 'without']) {
-    const d = makeWorkspace(agent, `${sc}-${mode}`, mode === 'without' ? (ws) => fs.rmSync(path.join(ws, C.settingsFile)) : null);
+    const d = makeWorkspace(agent, `${sc}-${mode}`, mode === 'without' ? (ws) => fs.rmSync(settingsFile(agent, ws)) : null);
     for (let i = 0; i < n; i++) {
       git(d.ws, 'checkout', '-q', '--', '.');
       git(d.ws, 'clean', '-qfd', '-e', '.agent-runtime');
@@ -769,7 +958,7 @@ if (opt.fixturesFrom) {
   if (!opt.keep) fs.rmSync(RUN, { recursive: true, force: true });
   process.exit(0);
 }
-const ORDER = ['0-untrusted', '1-basic', '2-user-edits', '3-subdir', '3b-subdir-settings-local', '4-parallel', '5-crash', '6-resume'];
+const ORDER = ['0-untrusted', '1-basic', '2-user-edits', '3-subdir', '3b-subdir-settings-local', '4-parallel', '5-crash', '5b-interrupt', '5c-nested-claude-pid', '6-resume'];
 const summary = { run: RUN, versions: {}, results, overhead: {} };
 {
   const rev = sh('git', ['-C', REPO, 'describe', '--always', '--dirty']).stdout.trim();
