@@ -1197,16 +1197,25 @@ impl<'w> Planner<'w> {
         {
             return Ok(Some(p.clone()));
         }
+        // Consecutive undone changes as one net change (a file one call
+        // made and the next deleted is nothing to take out).
+        let nets = |v: &[&FilePatch]| -> Vec<FilePatch> {
+            runs(v)
+                .into_iter()
+                .map(|(n, _)| n)
+                .filter(|n| n.before_hash != n.after_hash || n.before_mode != n.after_mode)
+                .collect()
+        };
         let mut r = p.clone();
         let mut b = side(r.before_hash, &r.before_mode, r.before_perm);
-        for d in gone.before.iter().rev() {
+        for d in nets(&gone.before).iter().rev() {
             let Some(x) = self.take_out_of(d, b)? else {
                 return Ok(None);
             };
             b = x;
         }
         let mut a = side(r.after_hash, &r.after_mode, r.after_perm);
-        for d in gone.after.iter().rev() {
+        for d in nets(&gone.after).iter().rev() {
             let Some(x) = self.take_out_of(d, a)? else {
                 return Ok(None);
             };

@@ -1161,7 +1161,7 @@ impl H {
         };
         for (f, es) in by_file {
             let mut exp = self.vals[f].clone();
-            let (mut allowed, mut required) = (false, false);
+            let (mut allowed, mut required, mut unsure) = (false, false, false);
             let slots: BTreeSet<usize> = es
                 .iter()
                 .flat_map(|&e| self.ents[e].slots.iter().map(|x| x.0))
@@ -1214,7 +1214,10 @@ impl H {
                                 (o, n)
                             }
                             _ => {
+                                // No answer one by one; ckpt takes runs of
+                                // undone changes as one and may find one.
                                 allowed = true;
+                                unsure = true;
                                 (old, new)
                             }
                         }
@@ -1240,9 +1243,9 @@ impl H {
                 f,
                 FilePlan {
                     delta: es.iter().map(|&e| (e, true, false)).collect(),
-                    expect: (!tainted).then_some(exp),
+                    expect: (!tainted && !unsure).then_some(exp),
                     allowed: allowed || required || tainted,
-                    required: required && !tainted,
+                    required: required && !tainted && !unsure,
                     patches: Some(
                         es.iter()
                             .map(|&e| self.ents[e].patch.clone().unwrap())
@@ -1339,7 +1342,7 @@ impl H {
                 continue;
             }
             let mut exp = self.vals[f].clone();
-            let (mut allowed, mut required) = (false, false);
+            let (mut allowed, mut required, mut unsure) = (false, false, false);
             let own: Vec<usize> = delta.iter().map(|d| d.0).collect();
             for (s, y, z) in &self.ents[r].slots {
                 // R's change rebased past the agent's changes it was made
@@ -1351,6 +1354,7 @@ impl H {
                     }
                     _ => {
                         allowed = true;
+                        unsure = true;
                         (y.clone(), z.clone())
                     }
                 };
@@ -1384,9 +1388,9 @@ impl H {
                 f,
                 FilePlan {
                     delta: d,
-                    expect: (!tainted).then_some(exp),
+                    expect: (!tainted && !unsure).then_some(exp),
                     allowed: allowed || required || tainted,
-                    required: required && !tainted,
+                    required: required && !tainted && !unsure,
                     patches: None,
                 },
             );
