@@ -3,10 +3,12 @@
 //! while a call whose agent still works is left alone (`ckpt recover` is safe
 //! to run beside a working agent).
 //!
-//! A process is named by its pid and its start time (so a reused pid is not
-//! taken for the same process). Linux reads `/proc`; elsewhere nothing is
-//! known (`None`), and calls are closed only by their agent's end-of-turn
-//! events.
+//! A process is named by its pid, its start time (so a reused pid is not
+//! taken for the same process) and the PID namespace the pid is valid in
+//! (a `ckpt` run from another namespace, e.g. the host of a container,
+//! cannot tell: "unknown", never "gone"). Linux reads `/proc`; elsewhere
+//! nothing is known (`None`), and calls are closed only by their agent's
+//! end-of-turn events.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +20,17 @@ pub struct ProcId {
     pub pid: u32,
     /// When it started.
     pub start: u64,
+    /// The PID namespace the pid belongs to (the inode of
+    /// `/proc/self/ns/pid` where it was found).
+    #[serde(default)]
+    pub ns: Option<u64>,
+}
+
+/// This process's PID namespace.
+fn pid_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let s = link.to_str()?;
+    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// Programs a hook runs under that are not the agent itself: shells that
@@ -46,7 +59,11 @@ fn stat(pid: u32) -> Option<(String, char, u32, u64)> {
 /// The identity of process `pid`, if it runs now.
 pub fn id_of(pid: u32) -> Option<ProcId> {
     let (_, state, _, start) = stat(pid)?;
-    (state != 'Z' && state != 'X').then_some(ProcId { pid, start })
+    (state != 'Z' && state != 'X').then_some(ProcId {
+        pid,
+        start,
+        ns: pid_namespace(),
+    })
 }
 
 /// The agent a hook process runs for: the nearest ancestor of this process
@@ -61,7 +78,11 @@ pub fn agent_of_this_hook() -> Option<ProcId> {
         }
         let (comm, state, _, start) = stat(ppid)?;
         if !NOT_THE_AGENT.contains(&comm.as_str()) {
-            return (state != 'Z').then_some(ProcId { pid: ppid, start });
+            return (state != 'Z').then_some(ProcId {
+                pid: ppid,
+                start,
+                ns: pid_namespace(),
+            });
         }
         pid = ppid;
     }
@@ -77,6 +98,11 @@ pub fn this_process() -> Option<ProcId> {
 /// names another process), `None` when this platform cannot tell.
 pub fn alive(p: &ProcId) -> Option<bool> {
     if !cfg!(target_os = "linux") {
+        return None;
+    }
+    // Recorded in another PID namespace (or before namespaces were
+    // recorded): the pid means nothing here.
+    if p.ns.is_none() || p.ns != pid_namespace() {
         return None;
     }
     Some(id_of(p.pid).is_some_and(|now| now.start == p.start))
@@ -102,6 +128,12 @@ mod tests {
             Some(false),
             "a reused pid is another process"
         );
+        let elsewhere = ProcId {
+            ns: me.ns.map(|n| n + 1),
+            pid: 999_999,
+            ..me
+        };
+        assert_eq!(alive(&elsewhere), None, "another namespace's pid: unknown");
         let mut child = std::process::Command::new("true").spawn().expect("spawn");
         let pid = child.id();
         child.wait().expect("wait");

@@ -293,3 +293,38 @@ fn ckpt_exec_killed_outright_is_closed_by_the_next_recover() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!env.ws.join("made.txt").exists());
 }
+
+/// Claude Code exports `CLAUDE_PID` to its Bash commands, so a Codex started
+/// from one carries it: it names the agent only for Claude Code's payloads.
+/// Before: a Codex call was recorded as Claude's, and closed as "gone" when
+/// that process ended though its own agent still ran.
+#[test]
+fn claude_pid_names_only_claude_codes_calls() {
+    let env = TestEnv::init();
+    let mut claude_proc = agent();
+    let pid = claude_proc.id().to_string();
+    let pre = json!({"session_id": "s", "turn_id": "t", "transcript_path": "/dev/null",
+        "cwd": env.ws, "hook_event_name": "PreToolUse", "model": "gpt-5.5",
+        "permission_mode": "bypassPermissions", "tool_name": "Bash",
+        "tool_input": {"command": "true"}, "tool_use_id": "cx1"});
+    let r = crate::common::run_with_stdin(
+        &env,
+        &["hook", "pre", "--format", "codex"],
+        pre.to_string().as_bytes(),
+        // No override: the process is found as a real hook's would be.
+        &[("CKPT_AGENT_PID", ""), ("CLAUDE_PID", &pid)],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    claude_proc.kill().unwrap();
+    claude_proc.wait().unwrap();
+    // The hook's own ancestor (this test) still runs: so does the call.
+    let v = env.ckpt(&["--json", "recover"]).json();
+    let c = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["call"] == "cx1")
+        .cloned();
+    assert_eq!(c.unwrap()["status"], "running", "{v:#}");
+    assert!(ends(&env, "cx1").is_empty());
+}

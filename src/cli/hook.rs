@@ -149,13 +149,19 @@ fn read_stdin_ready(head: &mut Vec<u8>) -> Option<Result<Vec<u8>, HookInputError
 }
 
 /// The agent process this hook runs for: `CKPT_AGENT_PID` (for wrappers
-/// that run hooks on an agent's behalf), Claude Code's `CLAUDE_PID`, else the
-/// nearest ancestor that is not a shell.
-fn agent_process() -> Option<ckpt::procs::ProcId> {
-    for var in ["CKPT_AGENT_PID", "CLAUDE_PID"] {
-        if let Some(pid) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
-            return ckpt::procs::id_of(pid);
-        }
+/// that run hooks on an agent's behalf), Claude Code's `CLAUDE_PID` for a
+/// Claude Code payload (Claude Code exports it to its Bash commands too, so
+/// a Codex started from one carries it), else the nearest ancestor that is
+/// not a shell.
+fn agent_process(format: Format) -> Option<ckpt::procs::ProcId> {
+    let pid_of = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u32>().ok());
+    if let Some(pid) = pid_of("CKPT_AGENT_PID") {
+        return ckpt::procs::id_of(pid);
+    }
+    if format == Format::Claude
+        && let Some(pid) = pid_of("CLAUDE_PID")
+    {
+        return ckpt::procs::id_of(pid);
     }
     ckpt::procs::agent_of_this_hook()
 }
@@ -213,7 +219,7 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         }
     };
     if phase == Phase::Pre {
-        ev.owner = agent_process();
+        ev.owner = agent_process(ev.format);
     }
     let blocking = phase == Phase::Pre;
     let fail = |what: String, policy: OnRecordFailure| -> Result<i32, CommandError> {
