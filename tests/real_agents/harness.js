@@ -567,6 +567,16 @@ function whileRunningChecks(agent, sc, res, shellCall) {
   const rEntry = rec && (rec.calls || []).find((c) => c.call === shellCall);
   report(agent, sc, 'recover while the client still ran: the shell call is "running", left open', rEntry && rEntry.status === 'running',
     rec ? `exit ${recB.code}; ${JSON.stringify(rEntry || rec.calls).slice(0, 200)}` : `recover exit ${recB && recB.code}: ${tail(recB && recB.stderr, 160)}`);
+  const nsB = (k.before || [])[2];
+  if (nsB) {
+    // A recover or rollback run there would close the running call (and
+    // lose what it does after); status only says what they would do.
+    let ns = null;
+    try { ns = JSON.parse(nsB.stdout); } catch { /* none */ }
+    const e = ns && (ns.uncertain_calls || []).find((c) => c.call === shellCall);
+    report(agent, sc, 'status from another PID namespace while the client still ran: the shell call\'s agent not taken for "gone"', e && e.agent !== 'gone',
+      ns ? `agent ${JSON.stringify(e && e.agent)}; ${JSON.stringify(ns.uncertain_calls).slice(0, 200)}` : `exit ${nsB.code}: ${tail(nsB.stderr, 160)}`);
+  }
 }
 // What `ckpt status --json` said of the shell call once the client was gone,
 // run inside the client's PID namespace (the harness's own status after the
@@ -610,7 +620,13 @@ SCENARIOS['5-crash'] = (agent) => {
       atTurn: 1,
       delayMs: 800,
       stateDir: path.join(d.ws, '.agent-runtime/state/calls'),
-      before: [{ bin: CKPT, args: ['status', '--json'], cwd: d.ws }, { bin: CKPT, args: ['recover', '--json'], cwd: d.ws }],
+      before: [
+        { bin: CKPT, args: ['status', '--json'], cwd: d.ws },
+        { bin: CKPT, args: ['recover', '--json'], cwd: d.ws },
+        // From another PID namespace (a container beside the agent's, the
+        // host of a devcontainer): there the recorded pid is no process, or another.
+        { bin: 'unshare', args: ['-p', '-f', '--mount-proc', CKPT, 'status', '--json'], cwd: d.ws },
+      ],
       after: [{ bin: CKPT, args: ['status', '--json'], cwd: d.ws }],
     },
     settleMs: 3000,
@@ -693,7 +709,11 @@ SCENARIOS['5b-interrupt'] = (agent) => {
   agentProcCheck(agent, sc, res, shellCall);
   const end = shellCall ? callEnd(records, shellCall) : null;
   console.log(`INFO ${agent} ${sc}: the shell call before any recover or rollback: ${end ? `${end.statuses.join('>')}${end.error ? ': ' + end.error : ''}` : 'not in the ledger'}; ${describeLedger(records)}`);
+  // Each client fires one when it stops on SIGINT (Claude Code SessionEnd,
+  // Codex Interrupt and SessionEnd, Gemini SessionEnd); none firing is what
+  // a stale Codex trust hash looks like (Codex skips the handler in silence).
   const sessionEnded = fired.length > 0;
+  report(agent, sc, `a turn-end hook fired after the ${k.signal}`, sessionEnded, fired.join(', ') || 'none fired');
   if (sessionEnded) {
     const ps = patches(records).filter((p) => p.call === shellCall).map((p) => p.path);
     report(agent, sc, `the interrupted shell call closed when the client ended (${fired.join(', ')} -> turn-end), with what its child wrote`,
@@ -702,8 +722,6 @@ SCENARIOS['5b-interrupt'] = (agent) => {
     const st = ckptJson(d.ws, ['status']);
     report(agent, sc, 'nothing in doubt after the turn-end hook', st.json && st.json.uncertain === 0,
       st.json ? `uncertain ${st.json.uncertain} ${JSON.stringify(st.json.uncertain_calls).slice(0, 200)}` : firstLine(st.stderr));
-  } else {
-    console.log(`INFO ${agent} ${sc}: no turn-end hook fired after the ${k.signal}; the call is left to recover or a rollback`);
   }
   if (shellCall) {
     // No recover: the rollback closes a call whose agent is gone first.
@@ -748,6 +766,34 @@ SCENARIOS['5c-nested-claude-pid'] = (agent) => {
   agentProcCheck(agent, sc, res, shellCall);
   afterKillCheck(agent, sc, res, shellCall, 'gone');
   return { d, res };
+};
+
+// Codex only, no client run: the suite's trust entries (codex-trust.js) are
+// the ones `ckpt init --hooks codex --trust` writes, for every hook init
+// registers (a handler whose hash differs is skipped by Codex in silence).
+SCENARIOS['0b-trust-entries'] = (agent) => {
+  const sc = '0b-trust-entries';
+  if (agent !== 'codex') return null;
+  const dir = path.join(RUN, agent, sc);
+  const ws = path.join(dir, 'ws');
+  const home = path.join(dir, 'codex-home');
+  fs.mkdirSync(ws, { recursive: true });
+  fs.mkdirSync(home, { recursive: true });
+  git(ws, 'init', '-q', '-b', 'main');
+  const r = sh(CKPT, ['init', '--hooks', 'codex', '--trust'], { cwd: ws, env: { ...process.env, CODEX_HOME: home, CKPT_WORKSPACE: undefined } });
+  const parse = (text) => {
+    const m = {};
+    for (const x of text.matchAll(/^\[(.+)\]\s*\n\s*(\w+)\s*=\s*"([^"]*)"/gm)) m[`${x[1]} ${x[2]}`] = x[3];
+    return m;
+  };
+  let theirs = {};
+  try { theirs = parse(fs.readFileSync(path.join(home, 'config.toml'), 'utf8')); } catch { /* none */ }
+  const ours = parse(trustEntries(ws));
+  const keys = [...new Set([...Object.keys(theirs), ...Object.keys(ours)])].sort();
+  const diff = keys.filter((k) => theirs[k] !== ours[k]).map((k) => `${k.replace(/^hooks\.state\."[^"]*hooks\.json:/, '').replace(/"/g, '')}: init ${theirs[k] ? theirs[k].slice(0, 16) : 'none'}, suite ${ours[k] ? ours[k].slice(0, 16) : 'none'}`);
+  const events = keys.filter((k) => k.startsWith('hooks.state.')).map((k) => (/:([a-z_]+):\d+:\d+"/.exec(k) || [])[1]);
+  return report(agent, sc, 'codex-trust.js gives the entries `ckpt init --hooks codex --trust` writes', r.code === 0 && keys.length > 1 && diff.length === 0,
+    r.code !== 0 ? `init exit ${r.code}: ${firstLine(r.stderr)}` : diff.length ? diff.join('; ') : `${keys.length} entries (${events.join(', ')})`);
 };
 
 // Codex and Gemini only: the trust the client needs, missing. Not silent is a PASS.
@@ -958,12 +1004,14 @@ if (opt.fixturesFrom) {
   if (!opt.keep) fs.rmSync(RUN, { recursive: true, force: true });
   process.exit(0);
 }
-const ORDER = ['0-untrusted', '1-basic', '2-user-edits', '3-subdir', '3b-subdir-settings-local', '4-parallel', '5-crash', '5b-interrupt', '5c-nested-claude-pid', '6-resume'];
+const ORDER = ['0-untrusted', '0b-trust-entries', '1-basic', '2-user-edits', '3-subdir', '3b-subdir-settings-local', '4-parallel', '5-crash', '5b-interrupt', '5c-nested-claude-pid', '6-resume'];
 const summary = { run: RUN, versions: {}, results, overhead: {} };
 {
   const rev = sh('git', ['-C', REPO, 'describe', '--always', '--dirty']).stdout.trim();
   const dirty = sh('git', ['-C', REPO, 'status', '--porcelain', '--', 'src']).stdout.trim().split('\n').filter(Boolean).length;
-  summary.ckpt = `${firstLine(sh(CKPT, ['--version']).stdout)} built from ${rev}${dirty ? ` (${dirty} changed file(s) under src/)` : ''}`;
+  const repoAt = `${rev}${dirty ? ` (${dirty} changed file(s) under src/)` : ''}`;
+  // With CKPT_BIN the binary was built elsewhere, maybe from another commit.
+  summary.ckpt = `${firstLine(sh(CKPT, ['--version']).stdout)} ${process.env.CKPT_BIN ? `given as CKPT_BIN (the repo is at ${repoAt})` : `built from ${repoAt}`}`;
   console.log(`ckpt: ${summary.ckpt} (${CKPT_BUILT})`);
 }
 for (const agent of opt.agents) {
