@@ -95,17 +95,71 @@ pub fn this_process() -> Option<ProcId> {
 }
 
 /// Whether `p` still runs: `Some(false)` when it is gone (or its pid now
-/// names another process), `None` when this platform cannot tell.
+/// names another process), `None` when this process cannot tell.
 pub fn alive(p: &ProcId) -> Option<bool> {
     if !cfg!(target_os = "linux") {
         return None;
     }
-    // Recorded in another PID namespace (or before namespaces were
-    // recorded): the pid means nothing here.
-    if p.ns.is_none() || p.ns != pid_namespace() {
+    let here = pid_namespace();
+    if p.ns.is_some() && p.ns == here {
+        return Some(id_of(p.pid).is_some_and(|now| now.start == p.start));
+    }
+    // Recorded in another PID namespace (a container's, say): only from the
+    // root namespace, which sees every process, can its absence be told.
+    if p.ns.is_none() || !in_root_namespace() {
         return None;
     }
-    Some(id_of(p.pid).is_some_and(|now| now.start == p.start))
+    Some(in_other_namespace(p))
+}
+
+/// Whether this process is in the root PID namespace: its `NSpid` names
+/// one pid only (one per namespace level otherwise).
+fn in_root_namespace() -> bool {
+    nspid("self").is_some_and(|v| v.len() == 1)
+}
+
+/// The pids of process `who` (`self` or a pid), outermost namespace first.
+fn nspid(who: &str) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{who}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line["NSpid:".len()..]
+        .split_whitespace()
+        .map(|f| f.parse().ok())
+        .collect()
+}
+
+/// From the root namespace: whether a process of `p`'s namespace with `p`'s
+/// pid there and `p`'s start time runs (a bounded look through `/proc`).
+fn in_other_namespace(p: &ProcId) -> bool {
+    let Some(want) = p.ns.map(|n| format!("pid:[{n}]")) else {
+        return false;
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    for e in dir.flatten().take(1 << 20) {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid"));
+        if ns.ok().and_then(|l| l.to_str().map(|s| s == want)) != Some(true) {
+            continue;
+        }
+        let inner = nspid(pid).and_then(|v| v.last().copied());
+        if inner == Some(p.pid) {
+            let start = pid
+                .parse()
+                .ok()
+                .and_then(stat)
+                .map(|(_, st, _, start)| (st, start));
+            return start.is_some_and(|(st, start)| st != 'Z' && start == p.start);
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -133,7 +187,14 @@ mod tests {
             pid: 999_999,
             ..me
         };
-        assert_eq!(alive(&elsewhere), None, "another namespace's pid: unknown");
+        // Another namespace's pid: gone when the root namespace sees no
+        // such process, else unknown.
+        let want = if in_root_namespace() {
+            Some(false)
+        } else {
+            None
+        };
+        assert_eq!(alive(&elsewhere), want);
         let mut child = std::process::Command::new("true").spawn().expect("spawn");
         let pid = child.id();
         child.wait().expect("wait");
