@@ -112,10 +112,16 @@ pub fn alive(p: &ProcId) -> Option<bool> {
     Some(in_other_namespace(p))
 }
 
-/// Whether this process is in the root PID namespace: its `NSpid` names
-/// one pid only (one per namespace level otherwise).
+/// The inode of the initial PID namespace (Linux's `PROC_PID_INIT_INO`,
+/// fixed since 3.8).
+const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+
+/// Whether this process is in the root PID namespace: its namespace is the
+/// initial one, and its `NSpid` names one pid only. (`NSpid` alone counts
+/// levels from the namespace that mounted `/proc`: one field in any
+/// container with its own `/proc`, which sees only its own processes.)
 fn in_root_namespace() -> bool {
-    nspid("self").is_some_and(|v| v.len() == 1)
+    pid_namespace() == Some(INIT_PID_NS) && nspid("self").is_some_and(|v| v.len() == 1)
 }
 
 /// The pids of process `who` (`self` or a pid), outermost namespace first.

@@ -328,3 +328,65 @@ fn claude_pid_names_only_claude_codes_calls() {
     assert_eq!(c.unwrap()["status"], "running", "{v:#}");
     assert!(ends(&env, "cx1").is_empty());
 }
+
+/// An agent in its own PID namespace (a container): from the host its call
+/// runs, from a sibling namespace with its own `/proc` nothing can be told
+/// (never "gone": a recover there must not close a running call). Skipped
+/// where `unshare` is not allowed.
+#[test]
+fn an_agent_in_another_pid_namespace_is_never_taken_for_gone() {
+    let ok = Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "--kill-child", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: unshare -p is not allowed here");
+        return;
+    }
+    let env = TestEnv::init();
+    let bin = env!("CARGO_BIN_EXE_ckpt");
+    let in_new_ns = |args: &[&str]| {
+        let mut c = Command::new("unshare");
+        c.args(["-p", "-f", "--mount-proc", "--kill-child", bin])
+            .args(args)
+            .env("CKPT_WORKSPACE", &env.ws)
+            .env("HOME", &env.home)
+            .current_dir(&env.ws)
+            .stdin(Stdio::null());
+        c
+    };
+    let mut agent = in_new_ns(&[
+        "exec",
+        "--call",
+        "n1",
+        "--",
+        "sh",
+        "-c",
+        "touch started; exec sleep 30",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_for(&env.ws.join("started"));
+    let state = |v: &Value| v["uncertain_calls"][0]["agent"].clone();
+    let host = env.ckpt(&["--json", "status"]).json();
+    let sibling = in_new_ns(&["--json", "status"]).output().unwrap();
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    let sibling: Value = serde_json::from_slice(&sibling.stdout).unwrap();
+    assert_eq!(
+        state(&sibling),
+        Value::Null,
+        "from a sibling namespace: {sibling:#}"
+    );
+    // The test process itself may be in a container: then the host view is
+    // just as blind.
+    let root = std::fs::read_link("/proc/self/ns/pid")
+        .is_ok_and(|l| l.to_string_lossy() == "pid:[4026531836]");
+    if root {
+        assert_eq!(state(&host), "running", "from the root namespace: {host:#}");
+    }
+}
