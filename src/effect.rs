@@ -44,6 +44,8 @@ pub fn is_agent(p: &FilePatch) -> bool {
 struct PathPlan {
     out: Vec<String>,
     back: Vec<String>,
+    /// The content the plan leaves (its `to` hash; `None`: absent).
+    to: Option<String>,
 }
 
 /// How an action flips what it covers.
@@ -65,7 +67,7 @@ pub struct Effects<'r> {
     /// afterwards).
     flips: HashMap<String, Vec<(String, bool)>>,
     /// Flags-only entries: (action, path, id, seq of the action's end).
-    pseudo: Vec<(String, RelPath, String, u64)>,
+    pseudo: Vec<(String, RelPath, String, u64, Option<String>)>,
     /// Every id that changed a path (either side of a rename), oldest first.
     by_path: HashMap<RelPath, Vec<String>>,
 }
@@ -177,7 +179,12 @@ impl<'r> Effects<'r> {
                             e.note_path(&path, &id);
                             e.live.insert(id.clone());
                             e.flips.insert(id.clone(), flips);
-                            e.pseudo.push((a.action.clone(), path, id, r.seq));
+                            let found = match &mode {
+                                Mode::Listed(m) | Mode::Reset(m, _) => {
+                                    m.get(&path).and_then(|pp| pp.to.clone())
+                                }
+                            };
+                            e.pseudo.push((a.action.clone(), path, id, r.seq, found));
                         }
                     }
                 },
@@ -301,12 +308,13 @@ impl<'r> Effects<'r> {
         v
     }
 
-    /// The flags-only entries of `action` still in effect: (path, id).
-    pub fn live_pseudo_of(&self, action: &str) -> Vec<(RelPath, String)> {
+    /// The flags-only entries of `action` still in effect: (path, id, the
+    /// content hash the action found the file at).
+    pub fn live_pseudo_of(&self, action: &str) -> Vec<(RelPath, String, Option<String>)> {
         self.pseudo
             .iter()
-            .filter(|(a, _, id, _)| a == action && self.live.contains(id))
-            .map(|(_, p, id, _)| (p.clone(), id.clone()))
+            .filter(|(a, _, id, _, _)| a == action && self.live.contains(id))
+            .map(|(_, p, id, _, h)| (p.clone(), id.clone(), h.clone()))
             .collect()
     }
 
@@ -320,7 +328,7 @@ impl<'r> Effects<'r> {
                 out.insert(p.path.clone());
             }
         }
-        for (_, path, id, s) in &self.pseudo {
+        for (_, path, id, s, _) in &self.pseudo {
             if *s > seq && self.live.contains(id) {
                 out.insert(path.clone());
             }
@@ -357,6 +365,11 @@ fn plan_paths(plan: &Value) -> HashMap<RelPath, PathPlan> {
             PathPlan {
                 out: ids(f, "patches"),
                 back: ids(f, "redone"),
+                to: f
+                    .get("to")
+                    .and_then(|t| t.get("hash"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             },
         );
     }

@@ -400,7 +400,7 @@ struct Selection<'r> {
     /// Every agent patch in effect, oldest first.
     live: Vec<&'r FilePatch>,
     /// Flags-only entries the action being undone left (`--action`, `redo`).
-    pseudo: Vec<(RelPath, String)>,
+    pseudo: Vec<(RelPath, String, Option<String>)>,
     /// `--to`: paths where ckpt's own later changes are taken back even if
     /// no agent change moves.
     reset_paths: BTreeSet<RelPath>,
@@ -1515,16 +1515,18 @@ fn plan(
         pl.load(path)?;
         pl.info.entry(path.clone()).or_default();
     }
-    for (path, id) in &sel.pseudo {
+    for (path, id, found) in &sel.pseudo {
         // A file an earlier action found already as planned: its flags
-        // flip back, nothing is written.
+        // flip back, nothing is written — only while the file still holds
+        // what that action found (else the flags would say the agent's
+        // change is out while its content is in the file).
         if filter.matches(path) {
             pl.load(path)?;
-            pl.info
-                .entry(path.clone())
-                .or_default()
-                .patches
-                .push(id.clone());
+            let now = pl.cur[path].state.hash.map(|h| h.to_string());
+            let info = pl.info.entry(path.clone()).or_default();
+            if now == *found {
+                info.patches.push(id.clone());
+            }
         }
     }
     let calls = sel.calls;

@@ -658,3 +658,40 @@ fn an_undone_rollback_under_a_later_identical_edit_conflicts_and_to_still_restor
     assert_eq!(read(&env, "f.txt"), at_c0, "{v:#}");
     verify_ok(&env);
 }
+
+/// From the model run (seed 2002017): undoing a rollback that had found a
+/// file already as planned (flags only, no write) after the file changed
+/// again. Before: the flags flipped anyway, saying the agent's change was
+/// out while its content was in the file, and `--to` then left the file the
+/// checkpoint did not have, exit 0.
+#[test]
+fn undoing_a_flags_only_rollback_after_the_file_changed_keeps_to_exact() {
+    let env = repo(&[("keep.txt", "k\n")]);
+    let _made = exec(&env, "echo W > n.txt");
+    let gone = exec(&env, "rm n.txt");
+    let c0 = checkpoint(&env);
+    // Both calls out: together they changed nothing, so nothing is written.
+    let (code, v) = ckj(&env, &["rollback", "--last", "2"]);
+    assert_eq!(code, 0, "{v:#}");
+    let a1 = v["action"].as_str().unwrap().to_string();
+    let (code, v) = ckj(&env, &["rollback", "--action", &a1]);
+    assert_eq!(code, 0, "{v:#}");
+    let a2 = v["action"].as_str().unwrap().to_string();
+    assert!(!env.ws.join("n.txt").exists());
+    // The deletion alone out: the file is back.
+    let (code, v) = ckj(&env, &["rollback", "--call", &gone]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(read(&env, "n.txt"), "W\n");
+    // Undoing a2 now: it wrote nothing, and the file is not as it found it.
+    let (code, v) = ckj(&env, &["rollback", "--action", &a2]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(read(&env, "n.txt"), "W\n");
+    let (code, v) = ckj(&env, &["rollback", "--to", &c0]);
+    assert_eq!(code, 0, "{v:#}");
+    assert!(
+        !env.ws.join("n.txt").exists(),
+        "as at the checkpoint: {v:#}"
+    );
+    let _ = made;
+    verify_ok(&env);
+}

@@ -364,6 +364,8 @@ struct Ent {
     patch: Option<String>,
     /// The agent changes of the file in effect when this one was made.
     base: Vec<usize>,
+    /// ckpt's: the file's values it left.
+    left: Option<Vec<Val>>,
 }
 
 struct Call {
@@ -1042,6 +1044,7 @@ impl H {
                 agent: true,
                 patch: None,
                 base,
+                left: None,
             });
             ents.push(e);
             let before = self.specs[f].render(&old).map(|c| sha(c.as_bytes()));
@@ -1377,9 +1380,20 @@ impl H {
                     allowed = true;
                 }
             }
-            let mut d = vec![(r, true, false)];
+            // A flags-only entry (R found the file already as planned)
+            // flips back only while the file holds what R found.
+            let stale = self.ents[r].slots.is_empty()
+                && self.ents[r]
+                    .left
+                    .as_ref()
+                    .is_some_and(|v| *v != self.vals[f]);
+            let mut d = if stale {
+                Vec::new()
+            } else {
+                vec![(r, true, false)]
+            };
             for &(e, b, af) in delta {
-                if self.ents[e].live == af && af != b {
+                if !stale && self.ents[e].live == af && af != b {
                     d.push((e, af, b));
                 }
             }
@@ -1836,6 +1850,7 @@ impl H {
                     agent: false,
                     patch: None,
                     base,
+                    left: Some(after_vals[f].clone()),
                 });
                 per_file.push((f, r, applied));
             }
@@ -1930,6 +1945,7 @@ impl H {
             agent: false,
             patch: None,
             base: Vec::new(),
+            left: None,
         });
         self.vals = after_vals;
         if let Some(id) = doc["action"].as_str() {
