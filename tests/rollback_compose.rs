@@ -692,6 +692,5 @@ fn undoing_a_flags_only_rollback_after_the_file_changed_keeps_to_exact() {
         !env.ws.join("n.txt").exists(),
         "as at the checkpoint: {v:#}"
     );
-    let _ = made;
     verify_ok(&env);
 }
