@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::{Run, TestEnv};
+use crate::common::{Entry, Run, TestEnv, tree};
 use crate::hooks::hook;
 
 /// Process-crash tests do not need real syncs (RELIABILITY, engineering rules).
@@ -155,44 +155,9 @@ fn present(env: &TestEnv, rel: &str) -> bool {
     std::fs::symlink_metadata(env.ws.join(rel)).is_ok()
 }
 
-/// One entry of a directory tree, as exactly as a test can see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    File(u32, Vec<u8>),
-    Link(PathBuf),
-    Dir(u32),
-}
-
-/// Every entry under `root` (the runtime directory too unless `skip_runtime`).
-fn tree(root: &Path, skip_runtime: bool) -> BTreeMap<PathBuf, Entry> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            if skip_runtime && rel == Path::new(".agent-runtime") {
-                continue;
-            }
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            let m = md.permissions().mode() & 0o7777;
-            let entry = if md.file_type().is_symlink() {
-                Entry::Link(std::fs::read_link(&p).unwrap())
-            } else if md.is_dir() {
-                stack.push(p.clone());
-                Entry::Dir(m)
-            } else {
-                Entry::File(m, std::fs::read(&p).unwrap())
-            };
-            out.insert(rel, entry);
-        }
-    }
-    out
-}
-
 /// The workspace as the user sees it (without `.agent-runtime/`).
 fn ws_tree(env: &TestEnv) -> BTreeMap<PathBuf, Entry> {
-    tree(&env.ws, true)
+    tree(&env.ws, &[".agent-runtime"])
 }
 
 fn records(env: &TestEnv) -> Vec<Value> {
@@ -1033,7 +998,7 @@ fn dry_run_writes_nothing_anywhere() {
     // Let the pending user edit be recorded first, so the dry run has nothing
     // legitimate to write either.
     assert_eq!(ck(&env, &["status"]).code, 0);
-    let before = tree(&env.ws, false);
+    let before = tree(&env.ws, &[]);
     for json_mode in [true, false] {
         let mut args = vec!["rollback", "--to", &ck1, "--dry-run"];
         if json_mode {
@@ -1061,7 +1026,7 @@ fn dry_run_writes_nothing_anywhere() {
         } else {
             assert!(r.stdout.contains("dry run"), "{}", r.stdout);
         }
-        let after = tree(&env.ws, false);
+        let after = tree(&env.ws, &[]);
         let diff: Vec<_> = after
             .keys()
             .chain(before.keys())
@@ -1435,7 +1400,7 @@ fn f47_a_file_too_large_to_store_is_named_and_explained_never_half_recorded() {
             .any(|r| r["kind"] == "file_patch" && r["path"] == "big.bin"),
         "no patch for the file"
     );
-    let largest = tree(&env.rt().join("artifacts"), false)
+    let largest = tree(&env.rt().join("artifacts"), &[])
         .values()
         .filter_map(|e| match e {
             Entry::File(_, b) => Some(b.len()),

@@ -79,7 +79,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -88,7 +87,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::common::{Rng, Run, TestEnv, git, run_with_stdin, seed};
+use crate::common::{Entry, Rng, Run, TestEnv, git, run_with_stdin, seed, tree};
 
 /// Rollback tests do not need real syncs.
 const FAST: (&str, &str) = ("CKPT_TEST_FSYNC", "0");
@@ -471,41 +470,6 @@ struct H {
 
 fn sha(b: &[u8]) -> String {
     ckpt::ContentHash::of(b).to_string()
-}
-
-/// One entry of a directory tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    File(u32, Vec<u8>),
-    Link(PathBuf),
-    Dir(u32),
-}
-
-/// Every entry under `root` but `.agent-runtime/` and `.git/`.
-fn tree(root: &Path) -> BTreeMap<PathBuf, Entry> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            if rel == Path::new(".agent-runtime") || rel == Path::new(".git") {
-                continue;
-            }
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            let m = md.permissions().mode() & 0o7777;
-            let entry = if md.file_type().is_symlink() {
-                Entry::Link(std::fs::read_link(&p).unwrap())
-            } else if md.is_dir() {
-                stack.push(p.clone());
-                Entry::Dir(m)
-            } else {
-                Entry::File(m, std::fs::read(&p).unwrap())
-            };
-            out.insert(rel, entry);
-        }
-    }
-    out
 }
 
 fn show(v: &[Val]) -> String {
@@ -1539,7 +1503,7 @@ impl H {
                 (vec!["redo".into()], plan, Kind::Redo, target)
             }
         };
-        let before_tree = tree(&self.env.ws);
+        let before_tree = tree(&self.env.ws, &[".agent-runtime", ".git"]);
         let Some(a) = self.run_rollback(args, plan, kind, redo_of) else {
             return;
         };
@@ -1556,7 +1520,7 @@ impl H {
                 self.step
             ));
             self.run_rollback(args, plan, Kind::Rollback, None);
-            let now = tree(&self.env.ws);
+            let now = tree(&self.env.ws, &[".agent-runtime", ".git"]);
             count("--action right after");
             if now != before_tree {
                 let diff: Vec<String> = now

@@ -204,3 +204,42 @@ pub fn git_at(dir: &Path, home: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// One entry of a directory tree, as exactly as a test can see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    File(u32, Vec<u8>),
+    Link(std::path::PathBuf),
+    Dir(u32),
+}
+
+/// Every entry under `root` but the top-level names in `skip`.
+pub fn tree(
+    root: &std::path::Path,
+    skip: &[&str],
+) -> std::collections::BTreeMap<std::path::PathBuf, Entry> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            if skip.iter().any(|s| rel == std::path::Path::new(s)) {
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let m = md.permissions().mode() & 0o7777;
+            let entry = if md.file_type().is_symlink() {
+                Entry::Link(std::fs::read_link(&p).unwrap())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                Entry::Dir(m)
+            } else {
+                Entry::File(m, std::fs::read(&p).unwrap())
+            };
+            out.insert(rel, entry);
+        }
+    }
+    out
+}
