@@ -299,12 +299,18 @@ pub(crate) fn rollback_locked(
     _lock: &ActionLock,
 ) -> Result<RollbackReport, WorkspaceError> {
     finish_interrupted_locked(ws)?;
-    let closed = crate::hook::close_open_calls(ws, cfg, crate::hook::Close::AgentGone).map_err(
-        |e| match e {
+    let gone = crate::hook::Close::AgentGone;
+    let closed = if crate::hook::closable_calls(ws, gone).is_empty() {
+        Vec::new()
+    } else {
+        // Closing appends records: never to a history that cannot be read
+        // whole.
+        refuse_damaged(&ws.read_ledger()?)?;
+        crate::hook::close_open_calls(ws, cfg, gone).map_err(|e| match e {
             crate::hook::HookError::Record(e) => e,
             e => WorkspaceError::Refused(e.to_string()),
-        },
-    )?;
+        })?
+    };
     crate::hook::flush_user_edits(ws, None)?;
     let read = ws.read_ledger()?;
     refuse_damaged(&read)?;

@@ -390,3 +390,35 @@ fn an_agent_in_another_pid_namespace_is_never_taken_for_gone() {
         assert_eq!(state(&host), "running", "from the root namespace: {host:#}");
     }
 }
+
+/// Closing a gone agent's call appends records: never to a ledger that
+/// cannot be read whole. Before: the rollback closed the call (appending
+/// after the damage) and only then refused.
+#[test]
+fn a_damaged_ledger_gets_no_closing_records() {
+    let env = TestEnv::init();
+    let mut a = agent();
+    let pid = a.id().to_string();
+    let pre = claude("PreToolUse", "c1", "Bash", json!({"command": "make gen"}));
+    assert_eq!(hook(&env, "pre", &pre, &[("CKPT_AGENT_PID", &pid)]).code, 0);
+    env.write("gen.txt", b"generated\n");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    // Two more records after the call's, then a flipped byte in the middle.
+    assert_eq!(env.ckpt(&["checkpoint", "-m", "a"]).code, 0);
+    assert_eq!(env.ckpt(&["checkpoint", "-m", "b"]).code, 0);
+    let ledger = env.ledger_path();
+    let mut bytes = std::fs::read(&ledger).unwrap();
+    let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+    bytes[second + 30] ^= 0x01;
+    let damaged = String::from_utf8(bytes).unwrap();
+    std::fs::write(&ledger, &damaged).unwrap();
+    let r = env.ckpt(&["rollback", "--call", "c1"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("damaged"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&ledger).unwrap(),
+        damaged,
+        "nothing appended"
+    );
+}
