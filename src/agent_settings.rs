@@ -8,6 +8,12 @@
 //! | codex | `.codex/hooks.json` | PreToolUse, PostToolUse, UserPromptSubmit, SessionStart |
 //! | gemini | `.gemini/settings.json` | BeforeTool, AfterTool, BeforeAgent, SessionStart |
 //! | cursor | `.cursor/hooks.json` | afterFileEdit, beforeShellExecution, afterShellExecution |
+//!
+//! With `--user` (Claude Code and Gemini CLI) the hooks go in the user's
+//! settings file instead (`~/.claude/settings.json`, `~/.gemini/settings.json`),
+//! run as `ckpt hook … --only-initialized`: they fire in every directory,
+//! and record only in workspaces where `ckpt init` ran, from any
+//! subdirectory of them.
 
 use serde_json::{Map, Value, json};
 
@@ -56,6 +62,63 @@ pub struct InstallStats {
     pub moved_from: Option<String>,
 }
 
+/// Which settings file of an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The workspace's own (`.claude/settings.local.json`, …).
+    Project,
+    /// The user's, read in every directory (`~/.claude/settings.json`, …).
+    User,
+}
+
+/// The directories agents keep their user settings in, as the caller read
+/// them from the environment (the library reads none).
+#[derive(Debug, Clone, Default)]
+pub struct UserDirs {
+    /// `HOME`.
+    pub home: Option<std::path::PathBuf>,
+    /// `CLAUDE_CONFIG_DIR` (Claude Code's `~/.claude`).
+    pub claude_config: Option<std::path::PathBuf>,
+    /// `GEMINI_CLI_HOME` (Gemini CLI's stand-in for the home directory).
+    pub gemini_home: Option<std::path::PathBuf>,
+    /// `CODEX_HOME` (Codex's `~/.codex`).
+    pub codex_home: Option<std::path::PathBuf>,
+}
+
+impl UserDirs {
+    /// The agent's user-level settings file holding hooks.
+    pub fn settings_file(&self, agent: Agent) -> Option<std::path::PathBuf> {
+        let home = self.home.as_deref();
+        Some(match agent {
+            Agent::Claude => match &self.claude_config {
+                Some(d) => d.join("settings.json"),
+                None => home?.join(".claude/settings.json"),
+            },
+            Agent::Gemini => self
+                .gemini_home
+                .as_deref()
+                .or(home)?
+                .join(".gemini/settings.json"),
+            Agent::Codex => self.codex_dir()?.join("hooks.json"),
+            Agent::Cursor => home?.join(".cursor/hooks.json"),
+        })
+    }
+
+    /// `$CODEX_HOME`, or `~/.codex`.
+    pub fn codex_dir(&self) -> Option<std::path::PathBuf> {
+        match &self.codex_home {
+            Some(d) => Some(d.clone()),
+            None => Some(self.home.as_deref()?.join(".codex")),
+        }
+    }
+}
+
+/// Whether `init --hooks AGENT --user` is offered: the agents whose
+/// user-level hooks ckpt has seen fire with the real client.
+pub fn user_scope_supported(agent: Agent) -> bool {
+    matches!(agent, Agent::Claude | Agent::Gemini)
+}
+
 /// Why the settings could not be merged.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
@@ -64,6 +127,14 @@ pub enum SettingsError {
         "`{0}` is not a JSON object ckpt can merge into ({1}); fix it or move it away, then run `ckpt init --hooks` again"
     )]
     NotMergeable(String, String),
+    /// The user's home is unknown.
+    #[error("cannot tell where your home directory is: set HOME")]
+    NoUserDir,
+    /// `--user` for an agent it is not offered for.
+    #[error(
+        "--user is for claude and gemini; {0:?}'s hooks go in the project's file (drop --user)"
+    )]
+    NoUserScope(Agent),
     /// Reading or writing failed.
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
@@ -142,9 +213,18 @@ fn format_flag(agent: Agent) -> &'static str {
     }
 }
 
-fn mentions_ckpt_hook(v: &Value, sub: &str) -> bool {
+/// Whether `v` holds a command that runs `ckpt … hook SUB` (any phase when
+/// `sub` is empty); `hook pre` is not `hook prompt`.
+pub fn mentions_ckpt_hook(v: &Value, sub: &str) -> bool {
+    let runs = |s: &str| {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        s.contains("ckpt")
+            && words
+                .windows(2)
+                .any(|w| w[0] == "hook" && (sub.is_empty() || w[1] == sub))
+    };
     match v {
-        Value::String(s) => s.contains("ckpt") && s.contains(&format!("hook {sub}")),
+        Value::String(s) => runs(s),
         Value::Array(a) => a.iter().any(|x| mentions_ckpt_hook(x, sub)),
         Value::Object(o) => o.values().any(|x| mentions_ckpt_hook(x, sub)),
         _ => false,
@@ -157,6 +237,7 @@ pub fn merge(
     agent: Agent,
     existing: &mut Map<String, Value>,
     ckpt_cmd: &str,
+    scope: Scope,
 ) -> Result<usize, String> {
     if agent == Agent::Cursor && !existing.contains_key("version") {
         existing.insert("version".into(), json!(1));
@@ -178,7 +259,11 @@ pub fn merge(
         if list.iter().any(|e| mentions_ckpt_hook(e, sub)) {
             continue;
         }
-        let command = format!("{ckpt_cmd} hook {sub}{}", format_flag(agent));
+        let only = match scope {
+            Scope::Project => "",
+            Scope::User => " --only-initialized",
+        };
+        let command = format!("{ckpt_cmd} hook {sub}{only}{}", format_flag(agent));
         let entry = match agent {
             Agent::Cursor => json!({ "command": command }),
             Agent::Gemini => {
@@ -208,6 +293,63 @@ pub fn merge(
     Ok(added)
 }
 
+/// ckpt's hooks found in the settings document `doc`: the events of the
+/// agent that have one, and each distinct command they run, in order.
+pub fn ckpt_hooks_in(agent: Agent, doc: &Map<String, Value>) -> (Vec<&'static str>, Vec<String>) {
+    let mut events = Vec::new();
+    let mut commands: Vec<String> = Vec::new();
+    let Some(Value::Object(hooks)) = doc.get("hooks") else {
+        return (events, commands);
+    };
+    for (event, _, sub) in wanted(agent) {
+        let Some(Value::Array(list)) = hooks.get(event) else {
+            continue;
+        };
+        let mut found = false;
+        for e in list.iter().filter(|e| mentions_ckpt_hook(e, sub)) {
+            found = true;
+            let mut cmds = Vec::new();
+            collect_commands(e, &mut cmds);
+            for c in cmds
+                .into_iter()
+                .filter(|c| mentions_ckpt_hook(&json!(c), sub))
+            {
+                if !commands.contains(&c) {
+                    commands.push(c);
+                }
+            }
+        }
+        if found && !events.contains(&event) {
+            events.push(event);
+        }
+    }
+    (events, commands)
+}
+
+fn collect_commands(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::String(c)) = o.get("command") {
+                out.push(c.clone());
+            }
+            o.values().for_each(|x| collect_commands(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_commands(x, out)),
+        _ => {}
+    }
+}
+
+/// The events `init --hooks AGENT` registers.
+pub fn events(agent: Agent) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for (e, _, _) in wanted(agent) {
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
 /// Takes ckpt's hook entries out of `existing` (entries of the agent's events
 /// whose command runs `ckpt … hook …`), leaving every other entry, and the
 /// event lists and `hooks` object only if something else is left in them.
@@ -234,19 +376,65 @@ pub fn unmerge(agent: Agent, existing: &mut Map<String, Value>) -> usize {
     removed
 }
 
-/// Takes ckpt's hooks out of the agent's settings file ([`unmerge`]), and
-/// out of the file older versions wrote them to; each old file is kept in
-/// the blob store first. `added` in the result is the number removed.
-pub fn uninstall(ws: &Workspace, agent: Agent) -> Result<InstallStats, SettingsError> {
+/// A settings file: one in the workspace (its relative path) or the user's
+/// (an absolute path, outside the workspace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// Workspace-relative.
+    Project(&'static str),
+    /// The user's settings file.
+    User(std::path::PathBuf),
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Project(p) => f.write_str(p),
+            Location::User(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// The project-level files an agent's hooks may be in: where `init` puts
+/// them, then where an older ckpt did.
+pub fn project_files(agent: Agent) -> Vec<&'static str> {
+    std::iter::once(file_for(agent))
+        .chain(legacy_file(agent))
+        .collect()
+}
+
+/// Takes ckpt's hooks out of the agent's settings file at `scope` ([`unmerge`];
+/// for the project, out of the file older versions wrote them to as well);
+/// each old file is kept in the blob store first. `added` in the result is
+/// the number removed.
+pub fn uninstall(
+    ws: &Workspace,
+    agent: Agent,
+    scope: Scope,
+    dirs: &UserDirs,
+) -> Result<InstallStats, SettingsError> {
+    let files = match scope {
+        Scope::Project => project_files(agent)
+            .into_iter()
+            .map(Location::Project)
+            .collect(),
+        Scope::User => vec![user_location(agent, dirs)?],
+    };
     let mut removed = 0;
-    for file in std::iter::once(file_for(agent)).chain(legacy_file(agent)) {
+    for file in &files {
         removed += edit(ws, file, |doc| Ok(unmerge(agent, doc)))?;
     }
     Ok(InstallStats {
-        file: file_for(agent).to_string(),
+        file: files[0].to_string(),
         added: removed,
         moved_from: None,
     })
+}
+
+fn user_location(agent: Agent, dirs: &UserDirs) -> Result<Location, SettingsError> {
+    dirs.settings_file(agent)
+        .map(Location::User)
+        .ok_or(SettingsError::NoUserDir)
 }
 
 /// Applies `change` to the settings document in `file` (an empty one when
@@ -254,84 +442,152 @@ pub fn uninstall(ws: &Workspace, agent: Agent) -> Result<InstallStats, SettingsE
 /// something (the old file stored first). Returns what `change` returned.
 fn edit(
     ws: &Workspace,
-    file: &str,
+    file: &Location,
     change: impl FnOnce(&mut Map<String, Value>) -> Result<usize, String>,
 ) -> Result<usize, SettingsError> {
-    let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
+    let name = file.to_string();
     let io = |e: std::io::Error| {
-        SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
+        SettingsError::Workspace(crate::fs_util::FsError::new("update", &name, e).into())
     };
-    let existed = ws.files().entry(&rel).map_err(io)? != EntryKind::Absent;
-    let (mut doc, mode) = read_settings(ws, &rel, file)?.unwrap_or((Map::new(), 0o644));
-    let n = change(&mut doc).map_err(|e| SettingsError::NotMergeable(file.into(), e))?;
-    if n > 0 && (existed || !doc.is_empty()) {
+    let old = read_bytes(ws, file)?;
+    let (mut doc, mode) = match &old {
+        Some((bytes, mode)) => (parse_settings(bytes, &name)?, *mode),
+        None => (Map::new(), 0o644),
+    };
+    let n = change(&mut doc).map_err(|e| SettingsError::NotMergeable(name.clone(), e))?;
+    if n > 0 && (old.is_some() || !doc.is_empty()) {
         let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| io(e.into()))?;
         bytes.push(b'\n');
-        if let Ok(old) = ws.files().read(&rel) {
-            ws.blobs().put_bytes(&old).map_err(WorkspaceError::from)?;
+        if let Some((old, _)) = &old {
+            ws.blobs().put_bytes(old).map_err(WorkspaceError::from)?;
         }
-        ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
+        match file {
+            Location::Project(rel) => {
+                let rel = RelPath::from_ledger(rel.as_bytes()).map_err(WorkspaceError::from)?;
+                ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
+            }
+            Location::User(path) => write_user_file(path, &bytes, mode).map_err(io)?,
+        }
     }
     Ok(n)
+}
+
+/// Writes a user-level settings file whole: a temporary file beside it,
+/// synced, renamed over it (a crash leaves the old file or the new one).
+fn write_user_file(path: &std::path::Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+    std::fs::create_dir_all(dir)?;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".ckpt-tmp");
+    let tmp = dir.join(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 /// A settings document and its file's mode.
 type Settings = (Map<String, Value>, u32);
 
-/// The settings document at `rel` and its mode (`None`: no such file).
-fn read_settings(
-    ws: &Workspace,
-    rel: &RelPath,
-    file: &str,
-) -> Result<Option<Settings>, SettingsError> {
+/// The bytes and mode of the settings file at `file` (`None`: no such file).
+fn read_bytes(ws: &Workspace, file: &Location) -> Result<Option<(Vec<u8>, u32)>, SettingsError> {
+    let name = file.to_string();
     let io = |e: std::io::Error| {
-        SettingsError::Workspace(crate::fs_util::FsError::new("update", file, e).into())
+        SettingsError::Workspace(crate::fs_util::FsError::new("read", &name, e).into())
     };
-    match ws.files().entry(rel).map_err(io)? {
-        EntryKind::Absent => Ok(None),
-        EntryKind::File { mode, .. } => {
-            let bytes = ws.files().read(rel).map_err(io)?;
-            let text = String::from_utf8_lossy(&bytes);
-            let v: Value = if text.trim().is_empty() {
-                Value::Object(Map::new())
-            } else {
-                serde_json::from_str(&text)
-                    .map_err(|e| SettingsError::NotMergeable(file.into(), e.to_string()))?
-            };
-            match v {
-                Value::Object(m) => Ok(Some((m, mode))),
-                _ => Err(SettingsError::NotMergeable(
-                    file.into(),
-                    "not an object".into(),
-                )),
+    let not_file = || SettingsError::NotMergeable(name.clone(), "not a regular file".into());
+    match file {
+        Location::Project(rel) => {
+            let rel = RelPath::from_ledger(rel.as_bytes()).map_err(WorkspaceError::from)?;
+            match ws.files().entry(&rel).map_err(io)? {
+                EntryKind::Absent => Ok(None),
+                EntryKind::File { mode, .. } => {
+                    Ok(Some((ws.files().read(&rel).map_err(io)?, mode)))
+                }
+                _ => Err(not_file()),
             }
         }
-        _ => Err(SettingsError::NotMergeable(
-            file.into(),
-            "not a regular file".into(),
-        )),
+        Location::User(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            match std::fs::metadata(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io(e)),
+                Ok(m) if !m.is_file() => Err(not_file()),
+                Ok(m) => Ok(Some((
+                    std::fs::read(path).map_err(io)?,
+                    m.permissions().mode() & 0o7777,
+                ))),
+            }
+        }
     }
 }
 
-/// Installs ckpt's hooks into the agent's settings file in the workspace.
-/// `ckpt_cmd` is how the agent should invoke ckpt (a path or `ckpt`). Hooks
-/// an older ckpt put in [`legacy_file`] are moved (taken out there), so no
-/// event runs ckpt twice.
+fn parse_settings(bytes: &[u8], name: &str) -> Result<Map<String, Value>, SettingsError> {
+    let text = String::from_utf8_lossy(bytes);
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str(&text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(SettingsError::NotMergeable(
+            name.into(),
+            "not an object".into(),
+        )),
+        Err(e) => Err(SettingsError::NotMergeable(name.into(), e.to_string())),
+    }
+}
+
+/// The settings document at `file` (`None`: no such file).
+pub fn read_settings(ws: &Workspace, file: &Location) -> Result<Option<Settings>, SettingsError> {
+    match read_bytes(ws, file)? {
+        None => Ok(None),
+        Some((bytes, mode)) => Ok(Some((parse_settings(&bytes, &file.to_string())?, mode))),
+    }
+}
+
+/// Installs ckpt's hooks into the agent's settings file at `scope`.
+/// `ckpt_cmd` is how the agent should invoke ckpt (a path or `ckpt`). The
+/// hooks are taken out of every other file of this workspace they may be
+/// in (an older ckpt's place; the project's files, for user-level hooks),
+/// so no event runs ckpt twice.
 pub fn install(
     ws: &Workspace,
     agent: Agent,
     ckpt_cmd: &str,
+    scope: Scope,
+    dirs: &UserDirs,
 ) -> Result<InstallStats, SettingsError> {
-    let file = file_for(agent);
-    let added = edit(ws, file, |doc| merge(agent, doc, ckpt_cmd))?;
-    let mut moved = 0;
-    if let Some(old) = legacy_file(agent) {
-        moved = edit(ws, old, |doc| Ok(unmerge(agent, doc)))?;
+    let (file, others) = match scope {
+        Scope::Project => (
+            Location::Project(file_for(agent)),
+            legacy_file(agent).into_iter().collect::<Vec<_>>(),
+        ),
+        Scope::User => {
+            if !user_scope_supported(agent) {
+                return Err(SettingsError::NoUserScope(agent));
+            }
+            (user_location(agent, dirs)?, project_files(agent))
+        }
+    };
+    let added = edit(ws, &file, |doc| merge(agent, doc, ckpt_cmd, scope))?;
+    let mut moved_from = Vec::new();
+    for old in others {
+        if edit(ws, &Location::Project(old), |doc| Ok(unmerge(agent, doc)))? > 0 {
+            moved_from.push(old);
+        }
     }
     Ok(InstallStats {
         file: file.to_string(),
         added,
-        moved_from: (moved > 0).then(|| legacy_file(agent).unwrap_or_default().to_string()),
+        moved_from: (!moved_from.is_empty()).then(|| moved_from.join(", ")),
     })
 }
 
@@ -538,9 +794,7 @@ pub fn codex_trust_apply(config: &str, entries: &[CodexTrust]) -> Result<String,
 /// Codex's entries for this workspace's `.codex/hooks.json` (empty when
 /// there is no such file).
 pub fn codex_trust_for(ws: &Workspace) -> Result<Vec<CodexTrust>, SettingsError> {
-    let file = file_for(Agent::Codex);
-    let rel = RelPath::from_ledger(file.as_bytes()).map_err(WorkspaceError::from)?;
-    let Some((doc, _)) = read_settings(ws, &rel, file)? else {
+    let Some((doc, _)) = read_settings(ws, &Location::Project(file_for(Agent::Codex)))? else {
         return Ok(Vec::new());
     };
     let root = std::fs::canonicalize(ws.root()).unwrap_or_else(|_| ws.root().to_path_buf());
@@ -557,7 +811,10 @@ mod tests {
             r#"{"model":"x","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]},"z":1}"#,
         )
         .unwrap();
-        assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 7);
+        assert_eq!(
+            merge(Agent::Claude, &mut doc, "ckpt", Scope::Project).unwrap(),
+            7
+        );
         let pre = doc["hooks"]["PreToolUse"].as_array().unwrap();
         assert_eq!(pre.len(), 2);
         assert_eq!(pre[0]["hooks"][0]["command"], "./lint.sh");
@@ -565,14 +822,17 @@ mod tests {
         let keys: Vec<&String> = doc.keys().collect();
         assert_eq!(keys, ["model", "hooks", "z"], "key order is kept");
         let before = doc.clone();
-        assert_eq!(merge(Agent::Claude, &mut doc, "ckpt").unwrap(), 0);
+        assert_eq!(
+            merge(Agent::Claude, &mut doc, "ckpt", Scope::Project).unwrap(),
+            0
+        );
         assert_eq!(doc, before);
     }
 
     #[test]
     fn codex_trust_hash_is_the_handlers_sorted_identity() {
         let mut doc = Map::new();
-        merge(Agent::Codex, &mut doc, "ckpt").unwrap();
+        merge(Agent::Codex, &mut doc, "ckpt", Scope::Project).unwrap();
         let t = codex_trust_entries("/w", &doc);
         assert_eq!(t[0].table, "projects.\"/w\"");
         assert_eq!(t.len(), 8, "{t:?}");
@@ -608,6 +868,33 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_is_named_by_its_whole_phase_word() {
+        assert!(mentions_ckpt_hook(&json!("ckpt hook pre"), "pre"));
+        assert!(mentions_ckpt_hook(
+            &json!("/x/ckpt hook pre --only-initialized"),
+            "pre"
+        ));
+        assert!(!mentions_ckpt_hook(&json!("ckpt hook prompt"), "pre"));
+        assert!(!mentions_ckpt_hook(
+            &json!("ckpt hook post-failure"),
+            "post"
+        ));
+        assert!(mentions_ckpt_hook(&json!("ckpt hook turn-end"), ""));
+        assert!(!mentions_ckpt_hook(&json!("./lint.sh hook pre"), "pre"));
+    }
+
+    #[test]
+    fn user_level_hooks_record_only_where_ckpt_init_ran() {
+        let mut doc = Map::new();
+        merge(Agent::Gemini, &mut doc, "ckpt", Scope::User).unwrap();
+        assert_eq!(
+            doc["hooks"]["BeforeTool"][0]["hooks"][0]["command"],
+            "ckpt hook pre --only-initialized --format gemini"
+        );
+        assert_eq!(unmerge(Agent::Gemini, &mut doc), 6);
+    }
+
+    #[test]
     fn unmerging_takes_out_only_ckpts_entries() {
         let orig: Map<String, Value> = serde_json::from_str(
             r#"{"model":"x","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./lint.sh"}]}]},"z":1}"#,
@@ -615,7 +902,7 @@ mod tests {
         .unwrap();
         for agent in [Agent::Claude, Agent::Codex, Agent::Gemini, Agent::Cursor] {
             let mut doc = orig.clone();
-            let added = merge(agent, &mut doc, "/opt/ckpt").unwrap();
+            let added = merge(agent, &mut doc, "/opt/ckpt", Scope::Project).unwrap();
             assert_eq!(unmerge(agent, &mut doc), added, "{agent:?}");
             if agent == Agent::Cursor {
                 doc.remove("version");
@@ -624,7 +911,7 @@ mod tests {
             assert_eq!(unmerge(agent, &mut doc), 0);
         }
         let mut doc = Map::new();
-        merge(Agent::Claude, &mut doc, "ckpt").unwrap();
+        merge(Agent::Claude, &mut doc, "ckpt", Scope::Project).unwrap();
         unmerge(Agent::Claude, &mut doc);
         assert!(doc.is_empty(), "{doc:?}");
     }
@@ -636,17 +923,17 @@ mod tests {
             (Agent::Gemini, "BeforeTool", "ckpt hook pre --format gemini"),
         ] {
             let mut doc = Map::new();
-            merge(agent, &mut doc, "ckpt").unwrap();
+            merge(agent, &mut doc, "ckpt", Scope::Project).unwrap();
             assert_eq!(doc["hooks"][event][0]["hooks"][0]["command"], cmd);
         }
         let mut doc = Map::new();
-        merge(Agent::Cursor, &mut doc, "ckpt").unwrap();
+        merge(Agent::Cursor, &mut doc, "ckpt", Scope::Project).unwrap();
         assert_eq!(doc["version"], 1);
         assert_eq!(
             doc["hooks"]["afterFileEdit"][0]["command"],
             "ckpt hook post --format cursor"
         );
         let mut bad: Map<String, Value> = serde_json::from_str(r#"{"hooks":[]}"#).unwrap();
-        assert!(merge(Agent::Claude, &mut bad, "ckpt").is_err());
+        assert!(merge(Agent::Claude, &mut bad, "ckpt", Scope::Project).is_err());
     }
 }

@@ -135,6 +135,10 @@ pub struct LineCheck<'a> {
 }
 
 impl LineCheck<'_> {
+    /// The line's `ts`.
+    pub fn ts(&self) -> &str {
+        &self.ts
+    }
     /// The line's `seq`.
     pub fn seq(&self) -> u64 {
         self.seq

@@ -53,6 +53,7 @@ pub mod codex_transcript;
 pub mod compensate;
 pub mod config;
 pub mod conflict;
+pub mod doctor;
 pub mod effect;
 pub mod failpoint;
 pub mod fs_util;

@@ -101,24 +101,53 @@ pub struct Workspace {
     first_walk: std::sync::Mutex<Option<crate::scan::FirstWalk>>,
 }
 
-/// Finds the workspace for a command started in `cwd`: the git top level when
-/// inside a git repository, else the nearest ancestor that holds
-/// `.agent-runtime/`, else `cwd` itself.
-pub fn discover(cwd: &Path) -> PathBuf {
-    // A plain walk up for `.git` (a directory, or a file for worktrees and
+/// How [`find`] found a workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoundBy {
+    /// The top level of the git work tree `cwd` is in, not set up yet.
+    Git,
+    /// A directory that holds `.agent-runtime/`: the git top level, one
+    /// nearer to `cwd`, or the superproject of the repository `cwd` is in.
+    Runtime,
+}
+
+/// Finds the workspace for a command started in `cwd`: the git top level
+/// when inside a git work tree, unless a directory that holds
+/// `.agent-runtime/` is nearer (`ckpt init` run in a subdirectory), or that
+/// top level has none and a git top level above it does (a submodule or a
+/// repository kept inside an initialised one). `None` when `cwd` is in no
+/// git work tree and below no `.agent-runtime/`.
+pub fn find(cwd: &Path) -> Option<(PathBuf, FoundBy)> {
+    // A plain walk up (`.git` is a directory, or a file for worktrees and
     // submodules): hooks run this on every tool call, and opening the
     // repository with libgit2 (config files, init) cost milliseconds.
+    let is_git = |d: &Path| std::fs::symlink_metadata(d.join(".git")).is_ok();
+    let is_init = |d: &Path| d.join(RUNTIME_DIR).is_dir();
+    let mut git_top: Option<&Path> = None;
     for dir in cwd.ancestors() {
-        if std::fs::symlink_metadata(dir.join(".git")).is_ok() {
-            return dir.to_path_buf();
+        let init = is_init(dir);
+        match git_top {
+            None if init => return Some((dir.to_path_buf(), FoundBy::Runtime)),
+            None if is_git(dir) => git_top = Some(dir),
+            None => {}
+            // Above the repository: only an initialised superproject counts.
+            Some(_) if init && is_git(dir) => {
+                return Some((dir.to_path_buf(), FoundBy::Runtime));
+            }
+            Some(_) => {}
         }
     }
-    for dir in cwd.ancestors() {
-        if dir.join(RUNTIME_DIR).is_dir() {
-            return dir.to_path_buf();
-        }
-    }
-    cwd.to_path_buf()
+    git_top.map(|d| (d.to_path_buf(), FoundBy::Git))
+}
+
+/// [`find`], else `cwd` itself (where `ckpt init` would set ckpt up).
+pub fn discover(cwd: &Path) -> PathBuf {
+    find(cwd).map_or_else(|| cwd.to_path_buf(), |(root, _)| root)
+}
+
+/// Whether ckpt is set up in `root` (it holds `.agent-runtime/`).
+pub fn is_initialized(root: &Path) -> bool {
+    root.join(RUNTIME_DIR).is_dir()
 }
 
 fn open_runtime(root: &Path, confined: &Confined) -> Result<OwnedFd, WorkspaceError> {

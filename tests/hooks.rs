@@ -1243,3 +1243,153 @@ fn a_failing_codex_shell_call_is_recorded_failed_from_its_transcript() {
         }
     }
 }
+
+// ------------------------------------------------- where a hook records
+
+/// `ckpt hook PHASE [FLAGS]` run in `dir` with no `--workspace` /
+/// `CKPT_WORKSPACE`, as an agent runs a user-level hook.
+fn hook_in(env: &TestEnv, dir: &Path, args: &[&str], payload: &[u8]) -> Run {
+    let mut c = env.command(args);
+    c.env_remove("CKPT_WORKSPACE").current_dir(dir);
+    crate::common::run_with_stdin_cmd(c, payload)
+}
+
+fn write_payload(cwd: &Path, call: &str, file: &Path) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "session_id": "s1", "tool_use_id": call, "cwd": cwd,
+        "hook_event_name": "PreToolUse", "tool_name": "Write",
+        "tool_input": {"file_path": file, "content": "new\n"},
+    }))
+    .unwrap()
+}
+
+fn shell_payload(cwd: &Path, call: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "session_id": "s1", "tool_use_id": call, "cwd": cwd,
+        "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "true"},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_hook_never_sets_ckpt_up_outside_a_git_work_tree() {
+    let env = TestEnv::new();
+    let plain = env.dir.path().join("plain/deeper");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::write(plain.join("big.txt"), b"user data\n").unwrap();
+    for (phase, payload) in [
+        ("pre", shell_payload(&plain, "c1")),
+        ("pre", write_payload(&plain, "c2", &plain.join("x.txt"))),
+    ] {
+        let r = hook_in(&env, &plain, &["hook", phase], &payload);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(
+            r.stderr.contains("not recorded") && r.stderr.contains("ckpt init"),
+            "said where the user sees it: {}",
+            r.stderr
+        );
+    }
+    for d in [&plain, plain.parent().unwrap(), env.dir.path()] {
+        assert!(!d.join(".agent-runtime").exists(), "{}", d.display());
+    }
+    // The payload's cwd outside, the hook itself in an initialised git
+    // workspace: nothing is set up where the payload points.
+    crate::common::git(&env, &["init", "-q"]);
+    assert_eq!(env.ckpt(&["init"]).code, 0);
+    let r = hook_in(
+        &env,
+        &env.ws,
+        &["hook", "pre"],
+        &shell_payload(&plain, "c3"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!plain.join(".agent-runtime").exists());
+    assert!(!plain.parent().unwrap().join(".agent-runtime").exists());
+}
+
+#[test]
+fn a_hook_does_not_set_ckpt_up_in_the_home_directory() {
+    let env = TestEnv::new();
+    // A home directory that is a git work tree (dotfiles).
+    crate::common::git_at(&env.home, &env.home, &["init", "-q"]);
+    let sub = env.home.join(".config");
+    std::fs::create_dir_all(&sub).unwrap();
+    let r = hook_in(&env, &sub, &["hook", "pre"], &shell_payload(&sub, "c1"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("home directory"), "{}", r.stderr);
+    assert!(!env.home.join(".agent-runtime").exists());
+    // Run there by hand, it is the user's choice.
+    let mut c = env.command(&["init"]);
+    c.env_remove("CKPT_WORKSPACE").current_dir(&env.home);
+    assert_eq!(crate::common::run(c.output().unwrap()).code, 0);
+    let r = hook_in(&env, &sub, &["hook", "pre"], &shell_payload(&sub, "c2"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+    assert!(env.home.join(".agent-runtime/ledger.jsonl").exists());
+}
+
+#[test]
+fn only_initialized_hooks_record_where_ckpt_init_ran_from_any_subdirectory() {
+    let env = TestEnv::new();
+    crate::common::git(&env, &["init", "-q"]);
+    let sub = env.ws.join("src/deep");
+    std::fs::create_dir_all(&sub).unwrap();
+    let flags = ["hook", "pre", "--only-initialized"];
+    // Not set up: nothing made, nothing said (the user asked for this).
+    let r = hook_in(
+        &env,
+        &sub,
+        &flags,
+        &write_payload(&sub, "c1", &sub.join("a.txt")),
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert!(!env.rt().exists(), "an only-initialized hook set ckpt up");
+    // Without the flag a git top level is set up, as project hooks do.
+    let r = hook_in(
+        &env,
+        &sub,
+        &["hook", "pre"],
+        &write_payload(&sub, "c2", &sub.join("a.txt")),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(env.ledger_path().exists());
+    // Set up: a session started in a subdirectory records.
+    let r = hook_in(
+        &env,
+        &sub,
+        &flags,
+        &write_payload(&sub, "c3", &sub.join("b.txt")),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let calls: Vec<String> = records(&env)
+        .iter()
+        .filter(|r| r["kind"] == "tool_call")
+        .map(|r| r["call"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(calls.contains(&"c3".to_string()), "{calls:?}");
+    assert!(!calls.contains(&"c1".to_string()), "{calls:?}");
+}
+
+#[test]
+fn a_repository_inside_an_initialised_one_records_into_the_outer_workspace() {
+    let env = TestEnv::new();
+    crate::common::git(&env, &["init", "-q"]);
+    assert_eq!(env.ckpt(&["init"]).code, 0);
+    let inner = env.ws.join("vendor/lib");
+    std::fs::create_dir_all(&inner).unwrap();
+    crate::common::git_at(&inner, &env.home, &["init", "-q"]);
+    let r = hook_in(
+        &env,
+        &inner,
+        &["hook", "pre", "--only-initialized"],
+        &write_payload(&inner, "c1", &inner.join("x.txt")),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!inner.join(".agent-runtime").exists());
+    let paths: Vec<String> = records(&env)
+        .iter()
+        .filter_map(|r| r["call"].as_str().map(|c| c.to_string()))
+        .collect();
+    assert!(paths.contains(&"c1".to_string()), "{paths:?}");
+}

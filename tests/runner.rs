@@ -8,6 +8,7 @@ mod common;
 mod blob_integrity;
 mod cli_basic;
 mod compensate;
+mod doctor;
 mod hooks;
 mod interrupted;
 mod ledger_concurrency;

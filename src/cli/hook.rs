@@ -8,6 +8,7 @@
 
 use std::io::Read;
 use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -57,12 +58,20 @@ pub struct Args {
     /// The payload's agent format (default: detected)
     #[arg(long, value_name = "claude|codex|gemini|cursor|generic")]
     format: Option<String>,
+    /// Record only in a workspace where `ckpt init` ran (for hooks in a
+    /// user-level settings file, which run in every directory)
+    #[arg(long)]
+    only_initialized: bool,
 }
 
 impl Args {
     /// The arguments as the fast path in `cli::main` parsed them.
-    pub fn new(phase: PhaseArg, format: Option<String>) -> Args {
-        Args { phase, format }
+    pub fn new(phase: PhaseArg, format: Option<String>, only_initialized: bool) -> Args {
+        Args {
+            phase,
+            format,
+            only_initialized,
+        }
     }
 }
 
@@ -166,6 +175,74 @@ fn agent_process(format: Format) -> Option<ckpt::procs::ProcId> {
     ckpt::procs::agent_of_this_hook()
 }
 
+/// Why a hook records nothing.
+enum Skip {
+    /// `--only-initialized`, and ckpt is not set up here: as asked.
+    Silently,
+    /// Nowhere ckpt may set itself up; the reason, said on stderr.
+    Saying(String),
+}
+
+/// The workspace a hook records into: `--workspace` / `CKPT_WORKSPACE`, else
+/// the one the payload's `cwd` is in, else the one the hook runs in. A hook
+/// sets ckpt up only at a git top level (never in `/` or the home directory)
+/// or where it is told to, never in an arbitrary directory: a user-level
+/// hook runs in every directory an agent visits.
+fn hook_root(ctx: &Ctx, cwd: Option<&str>, only_initialized: bool) -> Result<PathBuf, Skip> {
+    use ckpt::workspace::{FoundBy, find, is_initialized};
+    if ctx.explicit_workspace {
+        if only_initialized && !is_initialized(&ctx.workspace) {
+            return Err(Skip::Silently);
+        }
+        return Ok(ctx.workspace.clone());
+    }
+    let payload_cwd = cwd.map(Path::new).filter(|c| c.is_absolute() && c.is_dir());
+    let found = payload_cwd
+        .and_then(find)
+        .or_else(|| std::env::current_dir().ok().and_then(|c| find(&c)));
+    let where_ = || {
+        payload_cwd
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::current_dir().ok())
+            .map_or_else(
+                || "this directory".to_string(),
+                |d| format!("`{}`", d.display()),
+            )
+    };
+    match found {
+        Some((root, FoundBy::Runtime)) => Ok(root),
+        Some(_) | None if only_initialized => Err(Skip::Silently),
+        None => Err(Skip::Saying(format!(
+            "{} is in no git work tree and `ckpt init` was not run in it or above it; run `ckpt init` in the project to record its calls",
+            where_()
+        ))),
+        Some((root, FoundBy::Git)) => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let is_home = home.is_some_and(|h| same_dir(&h, &root));
+            if is_home || root.parent().is_none() {
+                return Err(Skip::Saying(format!(
+                    "ckpt does not set itself up in {} from a hook; run `ckpt init` there if you mean it to",
+                    if is_home {
+                        "your home directory"
+                    } else {
+                        "`/`"
+                    }
+                )));
+            }
+            Ok(root)
+        }
+    }
+}
+
+/// Whether `a` and `b` name the same directory.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b
+        || match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
+}
+
 pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let phase = match args.phase {
         PhaseArg::Pre => Phase::Pre,
@@ -208,14 +285,12 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         }
     };
 
-    let root = if ctx.explicit_workspace {
-        ctx.workspace.clone()
-    } else {
-        match ev.cwd.as_deref().filter(|c| c.starts_with('/')) {
-            Some(cwd) if std::path::Path::new(cwd).is_dir() => {
-                ckpt::workspace::discover(std::path::Path::new(cwd))
-            }
-            _ => ctx.workspace.clone(),
+    let root = match hook_root(ctx, ev.cwd.as_deref(), args.only_initialized) {
+        Ok(root) => root,
+        Err(Skip::Silently) => return Ok(OK),
+        Err(Skip::Saying(why)) => {
+            super::ui::note(&format!("ckpt: this tool call is not recorded: {why}"));
+            return Ok(OK);
         }
     };
     if phase == Phase::Pre {

@@ -11,6 +11,10 @@ pub struct Args {
     /// With --hooks: take ckpt's hooks out of that agent's settings file again
     #[arg(long, requires = "hooks")]
     remove: bool,
+    /// With --hooks claude|gemini: use your user-level settings file, read in
+    /// every directory (its hooks record only where `ckpt init` ran)
+    #[arg(long, requires = "hooks")]
+    user: bool,
     /// With --hooks codex: also write the entries that make Codex trust this
     /// project and ckpt's hooks into $CODEX_HOME/config.toml (~/.codex)
     #[arg(long, requires = "hooks", conflicts_with = "remove")]
@@ -19,11 +23,7 @@ pub struct Args {
 
 /// `$CODEX_HOME/config.toml`, or `~/.codex/config.toml`.
 fn codex_config() -> Option<std::path::PathBuf> {
-    let home = match std::env::var_os("CODEX_HOME") {
-        Some(h) if !h.is_empty() => std::path::PathBuf::from(h),
-        _ => std::path::PathBuf::from(std::env::var_os("HOME")?).join(".codex"),
-    };
-    Some(home.join("config.toml"))
+    Some(super::doctor::user_dirs().codex_dir()?.join("config.toml"))
 }
 
 /// After `--hooks codex`: Codex runs project hooks only once they are
@@ -123,33 +123,37 @@ fn ckpt_command() -> String {
     }
 }
 
-/// Gemini CLI 0.61 reads a project's `.gemini/settings.json` only in the
-/// directory it starts in (no search up to the project root): said at
-/// install, since a session started elsewhere records nothing.
-fn gemini_where(ws: &Workspace) -> String {
-    format!(
-        "warning: Gemini CLI runs these hooks only when it is started in `{}` itself; a session started in a subdirectory records nothing",
-        ws.root().display()
-    )
-}
-
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+    use ckpt::agent_settings::{self as settings, Agent, Scope};
     let agent = match &args.hooks {
-        Some(a) => Some(
-            a.parse::<ckpt::agent_settings::Agent>()
-                .map_err(CommandError::usage)?,
-        ),
+        Some(a) => Some(a.parse::<Agent>().map_err(CommandError::usage)?),
         None => None,
     };
-    if args.trust && agent != Some(ckpt::agent_settings::Agent::Codex) {
+    if args.trust && agent != Some(Agent::Codex) {
         return Err(CommandError::usage(
             "--trust is for --hooks codex (the other agents need no trust entries)",
         ));
     }
+    if args.user
+        && let Some(a) = agent
+        && !settings::user_scope_supported(a)
+    {
+        return Err(CommandError::usage(format!(
+            "--user is for --hooks claude and --hooks gemini; {a:?} reads ckpt's hooks from the project (drop --user)"
+        )));
+    }
+    let scope = if args.user {
+        Scope::User
+    } else {
+        Scope::Project
+    };
+    let dirs = super::doctor::user_dirs();
+    let failed = |e: settings::SettingsError| {
+        CommandError::new(super::error::ERROR, super::error::one_line(&e))
+    };
     if let (Some(agent), true) = (agent, args.remove) {
         let ws = ctx.open_read_only()?;
-        let h = ckpt::agent_settings::uninstall(&ws, agent)
-            .map_err(|e| CommandError::new(super::error::ERROR, super::error::one_line(&e)))?;
+        let h = settings::uninstall(&ws, agent, scope, &dirs).map_err(failed)?;
         if ui.json {
             ui.json(&serde_json::json!({"hooks": {"file": h.file, "removed": h.added}}))?;
         } else if h.added > 0 {
@@ -164,34 +168,21 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     }
     let (ws, stats) = Workspace::init(&ctx.workspace, OpenOptions { clock: ctx.clock() })?;
     let hooks = match agent {
-        Some(agent) => Some(
-            ckpt::agent_settings::install(&ws, agent, &ckpt_command())
-                .map_err(|e| CommandError::new(super::error::ERROR, super::error::one_line(&e)))?,
-        ),
+        Some(agent) => {
+            Some(settings::install(&ws, agent, &ckpt_command(), scope, &dirs).map_err(failed)?)
+        }
         None => None,
     };
-    if ui.json {
-        if agent == Some(ckpt::agent_settings::Agent::Gemini) {
-            super::ui::note(&gemini_where(&ws));
-        }
-        let trust = match agent {
-            Some(ckpt::agent_settings::Agent::Codex) => Some(codex_trust(ui, &ws, args.trust)?),
-            _ => None,
-        };
-        ui.json(&serde_json::json!({
-            "codex_trust": trust,
-            "workspace": ws.root().display().to_string(),
-            "created": stats.created,
-            "wrote_config": stats.wrote_config,
-            "hooks": hooks.as_ref().map(|h| serde_json::json!({"file": h.file, "added": h.added, "moved_from": h.moved_from})),
-        }))?;
-        return Ok(OK);
-    }
-    if let Some(h) = &hooks {
+    if let (false, Some(h)) = (ui.json, &hooks) {
         if let Some(old) = &h.moved_from {
-            ui.line(&format!(
-                "moved ckpt's hooks out of {old} (not read when a session starts in a subdirectory)"
-            ))?;
+            ui.line(&match scope {
+                Scope::User => format!(
+                    "took ckpt's hooks out of {old} (the user-level ones now record this workspace)"
+                ),
+                Scope::Project => format!(
+                    "moved ckpt's hooks out of {old} (not read when a session starts in a subdirectory)"
+                ),
+            })?;
         }
         if h.added > 0 {
             ui.line(&format!("added {} ckpt hook(s) to {}", h.added, h.file))?;
@@ -201,12 +192,39 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
                 h.file
             ))?;
         }
+        if scope == Scope::User {
+            ui.line(
+                "they run in every directory and record only in workspaces where `ckpt init` ran, from any subdirectory",
+            )?;
+        }
     }
-    if agent == Some(ckpt::agent_settings::Agent::Codex) {
-        codex_trust(ui, &ws, args.trust)?;
+    let trust = match agent {
+        Some(Agent::Codex) => Some(codex_trust(ui, &ws, args.trust)?),
+        _ => None,
+    };
+    // The same checks as `ckpt doctor`, for this agent: what would still
+    // leave its calls unrecorded (Codex's trust was just handled above).
+    let problems: Vec<ckpt::doctor::Problem> = match agent {
+        Some(a) => ckpt::doctor::check(&ws, &super::doctor::env(), &[a])
+            .into_iter()
+            .flat_map(|r| r.problems)
+            .filter(|p| p.code != "codex_untrusted")
+            .collect(),
+        None => Vec::new(),
+    };
+    for p in &problems {
+        super::ui::note(&format!("warning: {}; fix: {}", p.what, p.fix));
     }
-    if agent == Some(ckpt::agent_settings::Agent::Gemini) {
-        super::ui::note(&gemini_where(&ws));
+    if ui.json {
+        ui.json(&serde_json::json!({
+            "codex_trust": trust,
+            "workspace": ws.root().display().to_string(),
+            "created": stats.created,
+            "wrote_config": stats.wrote_config,
+            "hooks": hooks.as_ref().map(|h| serde_json::json!({"file": h.file, "added": h.added, "moved_from": h.moved_from})),
+            "problems": problems,
+        }))?;
+        return Ok(OK);
     }
     if hooks.is_some() && !stats.created {
         return Ok(OK);

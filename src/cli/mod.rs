@@ -6,6 +6,7 @@ mod compensate;
 mod conflicts;
 mod demo;
 mod diff;
+mod doctor;
 pub mod error;
 mod exec;
 mod hook;
@@ -87,6 +88,8 @@ enum Command {
     Recover(recover::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
     Verify(verify::Args),
+    /// For each agent: are ckpt's hooks where it reads them, will it run them, when did they fire
+    Doctor(doctor::Args),
     /// Play a whole story in a scratch workspace and narrate it
     Demo(demo::Args),
     /// Record one agent hook event read from stdin (for agent settings, not by hand)
@@ -228,18 +231,27 @@ fn reap_trash(runtime: &std::path::Path) -> i32 {
 /// call, parsed without clap: building clap's parser for every subcommand
 /// took 0.3–0.5 ms of a hook's 3 ms. Anything else (other options, help,
 /// a bad phase) goes through clap as usual.
-fn parse_hook_fast() -> Option<Cli> {
-    let mut args = std::env::args_os().skip(1);
+fn parse_hook_fast(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<Cli> {
+    let mut args = args.into_iter().skip(1);
     if args.next()? != "hook" {
         return None;
     }
     let phase = hook::PhaseArg::from_name(args.next()?.to_str()?)?;
-    let format = match (args.next(), args.next(), args.next()) {
-        (None, _, _) => None,
-        (Some(a), None, _) => Some(a.to_str()?.strip_prefix("--format=")?.to_string()),
-        (Some(a), Some(v), None) if a == "--format" => Some(v.to_str()?.to_string()),
-        _ => return None,
-    };
+    let mut format = None;
+    let mut only_initialized = false;
+    // At most one of each; anything else is clap's to parse (and refuse).
+    while let Some(a) = args.next() {
+        let a = a.to_str()?;
+        if a == "--only-initialized" && !only_initialized {
+            only_initialized = true;
+        } else if format.is_some() {
+            return None;
+        } else if a == "--format" {
+            format = Some(args.next()?.to_str()?.to_string());
+        } else {
+            format = Some(a.strip_prefix("--format=")?.to_string());
+        }
+    }
     if format
         .as_deref()
         .is_some_and(|f| f.is_empty() || f.starts_with('-'))
@@ -254,7 +266,7 @@ fn parse_hook_fast() -> Option<Cli> {
                 .map(PathBuf::from),
             json: false,
         },
-        command: Command::Hook(hook::Args::new(phase, format)),
+        command: Command::Hook(hook::Args::new(phase, format, only_initialized)),
     })
 }
 
@@ -262,7 +274,7 @@ fn parse_hook_fast() -> Option<Cli> {
 /// is not a visible subcommand).
 fn one_subcommand(name: &str) -> Option<clap::Command> {
     type Augment = fn(clap::Command) -> clap::Command;
-    const ALL: [(&str, Augment); 19] = [
+    const ALL: [(&str, Augment); 20] = [
         ("init", init::Args::augment_args),
         ("checkpoint", checkpoint::Args::augment_args),
         ("log", log::Args::augment_args),
@@ -279,6 +291,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         ("compensate", compensate::Args::augment_args),
         ("recover", recover::Args::augment_args),
         ("verify", verify::Args::augment_args),
+        ("doctor", doctor::Args::augment_args),
         ("demo", demo::Args::augment_args),
         ("hook", hook::Args::augment_args),
         ("exec", exec::Args::augment_args),
@@ -308,7 +321,7 @@ fn parse_one_command(args: &[std::ffi::OsString]) -> Option<Cli> {
 }
 
 pub fn main() -> i32 {
-    let parsed = match parse_hook_fast() {
+    let parsed = match parse_hook_fast(std::env::args_os()) {
         Some(c) => Ok(c),
         None => {
             let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -399,6 +412,7 @@ pub fn main() -> i32 {
         Command::Compensate(a) => compensate::run(&mut ui, &ctx, a),
         Command::Recover(a) => recover::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
+        Command::Doctor(a) => doctor::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),
         Command::Exec(a) => exec::run(&mut ui, &ctx, a),
@@ -460,6 +474,34 @@ mod tests {
         }
         assert!(one_subcommand("reap-trash").is_none());
         assert!(one_subcommand("--json").is_none());
+    }
+
+    #[test]
+    fn the_hook_parser_gives_claps_command_or_steps_aside() {
+        let taken = [
+            "hook pre",
+            "hook post --format codex",
+            "hook post --format=gemini",
+            "hook turn-end --only-initialized",
+            "hook pre --only-initialized --format gemini",
+            "hook pre --format=cursor --only-initialized",
+        ];
+        for line in taken {
+            let fast = parse_hook_fast(argv(line)).unwrap_or_else(|| panic!("`{line}` not taken"));
+            let full = Cli::try_parse_from(argv(line)).unwrap();
+            assert_eq!(format!("{fast:?}"), format!("{full:?}"), "`{line}`");
+        }
+        for line in [
+            "hook pre --format a --format b",
+            "hook pre --only-initialized --only-initialized",
+            "hook pre --json",
+            "hook pre --format",
+            "hook pre --format --only-initialized",
+            "hook sideways",
+            "status",
+        ] {
+            assert!(parse_hook_fast(argv(line)).is_none(), "`{line}` taken");
+        }
     }
 
     #[test]
