@@ -111,9 +111,24 @@ fn agent_name(a: Agent) -> &'static str {
 /// Every agent, in the order `doctor` reports them.
 pub const AGENTS: [Agent; 4] = [Agent::Claude, Agent::Codex, Agent::Gemini, Agent::Cursor];
 
-/// Checks the given agents for workspace `ws`.
+/// Checks the given agents for workspace `ws`, with the calls each one's
+/// hooks recorded (a read of the whole ledger).
 pub fn check(ws: &Workspace, env: &Env, agents: &[Agent]) -> Vec<AgentReport> {
-    let fired = last_calls(ws);
+    run_checks(ws, env, agents, last_calls(ws))
+}
+
+/// [`check`] without reading the ledger (`calls` 0, `last_call_at` none):
+/// the settings files only, for commands that warn on the way.
+pub fn check_setup(ws: &Workspace, env: &Env, agents: &[Agent]) -> Vec<AgentReport> {
+    run_checks(ws, env, agents, Vec::new())
+}
+
+fn run_checks(
+    ws: &Workspace,
+    env: &Env,
+    agents: &[Agent],
+    fired: Vec<(String, String, u64)>,
+) -> Vec<AgentReport> {
     agents
         .iter()
         .map(|&a| {

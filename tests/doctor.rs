@@ -93,6 +93,8 @@ fn doctor_finds_codex_untrusted_until_init_trusts_it() {
     let (code, rep) = doctor(&env, &[("CODEX_HOME", ch)]);
     assert_eq!(code, 0, "{rep}");
     assert!(codes(&rep, "codex").is_empty(), "{rep}");
+    let st = ckpt(&env, &["status"], &[("CODEX_HOME", ch)]);
+    assert!(!st.stderr.contains("Codex"), "{}", st.stderr);
     let codex = agent(&rep, "codex");
     assert_eq!(codex["files"][0]["file"], ".codex/hooks.json");
     assert_eq!(codex["resolves_to"][0]["is_this_binary"], true, "{rep}");

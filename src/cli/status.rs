@@ -129,8 +129,19 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             None
         }
     };
+    // Hooks an agent will not run record nothing, and nothing else says so.
+    let hook_problems: Vec<ckpt::doctor::Problem> =
+        ckpt::doctor::check_setup(&ws, &super::doctor::env(), &ckpt::doctor::AGENTS)
+            .into_iter()
+            .flat_map(|r| r.problems)
+            .filter(|p| p.level == ckpt::doctor::Level::Error)
+            .collect();
+    for p in &hook_problems {
+        super::ui::note(&format!("warning: {}; fix: {}", p.what, p.fix));
+    }
     if ui.json {
         ui.json(&serde_json::json!({
+            "hook_problems": hook_problems,
             "agent_files": agent_files,
             "user_edited": user_edited,
             "conflicts": open_conflicts,
