@@ -100,21 +100,55 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Tra
     }
 }
 
+/// Where a Claude Code conversation is, as [`position`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Position {
+    /// The uuid of its last main-chain entry.
+    Last(String),
+    /// No entry yet: the file is missing or holds none (the first prompt's
+    /// hook runs before Claude Code writes the prompt).
+    Empty,
+    /// Unreadable, or no entry in the part read of a bigger file.
+    Unknown,
+}
+
 /// Returns the uuid of the last main-chain entry (not a sidechain) of the
 /// transcript at `path`, reading at most its last [`TAIL_BYTES`]. `None` when
 /// the file is missing or unreadable, or no entry is found there (a torn line
 /// being written is skipped). Never reads the whole file.
 pub fn last_uuid(path: &Path) -> Option<String> {
-    let mut f = File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
+    match position(path) {
+        Position::Last(u) => Some(u),
+        _ => None,
+    }
+}
+
+/// Where the conversation in the transcript at `path` is: [`last_uuid`],
+/// telling a conversation that has not begun from one ckpt cannot read.
+pub fn position(path: &Path) -> Position {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Position::Empty,
+        Err(_) => return Position::Unknown,
+    };
+    let Ok(meta) = f.metadata() else {
+        return Position::Unknown;
+    };
+    let len = meta.len();
     let start = len.saturating_sub(TAIL_BYTES);
-    f.seek(SeekFrom::Start(start)).ok()?;
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return Position::Unknown;
+    }
     let mut buf = Vec::with_capacity((len - start) as usize);
-    f.take(TAIL_BYTES).read_to_end(&mut buf).ok()?;
+    if f.take(TAIL_BYTES).read_to_end(&mut buf).is_err() {
+        return Position::Unknown;
+    }
     let mut body: &[u8] = &buf;
     if start > 0 {
         // The first line is probably cut: start after it.
-        let nl = memchr::memchr(b'\n', body)?;
+        let Some(nl) = memchr::memchr(b'\n', body) else {
+            return Position::Unknown;
+        };
         body = &body[nl + 1..];
     }
     for line in body.rsplit(|&b| b == b'\n') {
@@ -125,10 +159,15 @@ pub fn last_uuid(path: &Path) -> Option<String> {
             continue;
         }
         if let Some(Value::String(u)) = o.get("uuid") {
-            return Some(u.clone());
+            return Position::Last(u.clone());
         }
     }
-    None
+    // The whole file was read and holds no entry of the conversation.
+    if start == 0 {
+        Position::Empty
+    } else {
+        Position::Unknown
+    }
 }
 
 /// A fork read and cut, ready to be written.

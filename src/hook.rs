@@ -376,10 +376,14 @@ fn checkpoint(
         let mut x = serde_json::json!({"transcript_path": t, "agent": ev.format.as_str()});
         // Where the conversation was, for `restore-session --claude` (read
         // from the file's last 256 KiB; omitted when it cannot be found).
-        if ev.format == capture::Format::Claude
-            && let Some(u) = crate::claude_transcript::last_uuid(std::path::Path::new(t))
-        {
-            x["transcript_last_uuid"] = serde_json::json!(u);
+        if ev.format == capture::Format::Claude {
+            use crate::claude_transcript::{Position, position};
+            match position(std::path::Path::new(t)) {
+                Position::Last(u) => x["transcript_last_uuid"] = serde_json::json!(u),
+                // The first prompt: the conversation has not begun.
+                Position::Empty => x["transcript_empty"] = serde_json::json!(true),
+                Position::Unknown => {}
+            }
         }
         x
     });

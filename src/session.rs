@@ -352,6 +352,10 @@ pub struct RestoreReport {
     pub rollback: Option<RollbackReport>,
     /// The transcript fork, with `--claude`.
     pub claude: Option<ClaudeFork>,
+    /// With `--claude`, to a checkpoint where the conversation had not
+    /// begun (its first prompt): no fork, nothing to resume; a new
+    /// `claude` session starts from there.
+    pub claude_fresh: bool,
     /// Interrupted restores this run found and closed.
     pub closed_interrupted: Vec<InterruptedRestore>,
 }
@@ -566,14 +570,20 @@ pub fn restore_session(
         let extra = file.extra.unwrap_or(Value::Null);
         let path = extra.get("transcript_path").and_then(Value::as_str);
         let last = extra.get("transcript_last_uuid").and_then(Value::as_str);
-        let (Some(path), Some(last)) = (path, last) else {
-            return Err(refused(format!(
-                "checkpoint {ck} has no Claude Code transcript position (it was not made by a Claude Code prompt or session-start hook, or the transcript was unreadable then); restore without --claude"
-            )));
-        };
-        let prepared = claude_transcript::prepare(std::path::Path::new(path), last)
-            .map_err(|e| refused(crate::error_line(&e)))?;
-        Some(prepared)
+        let empty = extra.get("transcript_empty").and_then(Value::as_bool) == Some(true);
+        match (path, last) {
+            (Some(path), Some(last)) => Some(
+                claude_transcript::prepare(std::path::Path::new(path), last)
+                    .map_err(|e| refused(crate::error_line(&e)))?,
+            ),
+            // The conversation had not begun: nothing to fork, nothing to resume.
+            (Some(_), None) if empty => None,
+            _ => {
+                return Err(refused(format!(
+                    "checkpoint {ck} has no Claude Code transcript position (it was not made by a Claude Code prompt or session-start hook, or the transcript was unreadable then); restore without --claude"
+                )));
+            }
+        }
     } else {
         None
     };
@@ -592,6 +602,10 @@ pub fn restore_session(
     }
     if let Some(p) = &claude {
         plan["claude_transcript"] = json!(p.source().display().to_string());
+    }
+    let claude_fresh = opts.claude && claude.is_none();
+    if claude_fresh {
+        plan["claude_fresh"] = json!(true);
     }
     ws.ledger().lock()?.append(&[Draft::in_session(
         Some(session.to_string()),
@@ -707,6 +721,9 @@ pub fn restore_session(
         outcome["claude_transcript"] = json!(c.transcript.display().to_string());
         outcome["claude_session"] = json!(c.session_id);
     }
+    if claude_fresh {
+        outcome["claude_fresh"] = json!(true);
+    }
     drafts.push(end_draft(
         Some(session),
         &action,
@@ -729,6 +746,7 @@ pub fn restore_session(
         branch_entry,
         rollback,
         claude,
+        claude_fresh,
         closed_interrupted,
     })
 }

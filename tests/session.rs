@@ -857,8 +857,10 @@ fn claude_restore_forks_the_transcript_at_the_checkpoint() {
 #[test]
 fn claude_checkpoint_without_a_readable_transcript_still_records() {
     let env = TestEnv::init();
-    let missing = env.home.join("nowhere.jsonl");
-    let r = prompt_hook(&env, "s-x", &missing);
+    // A directory where the transcript should be: unreadable, not empty.
+    let unreadable = env.home.join("a-dir.jsonl");
+    std::fs::create_dir_all(&unreadable).unwrap();
+    let r = prompt_hook(&env, "s-x", &unreadable);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let cp = records(&env)
         .into_iter()
@@ -868,6 +870,7 @@ fn claude_checkpoint_without_a_readable_transcript_still_records() {
         serde_json::from_slice(&std::fs::read(env.rt().join(cp["ref"].as_str().unwrap())).unwrap())
             .unwrap();
     assert!(file["extra"].get("transcript_last_uuid").is_none());
+    assert!(file["extra"].get("transcript_empty").is_none());
     let ck = cp["checkpoint"].as_str().unwrap();
     let r = op(
         &env,
@@ -886,4 +889,52 @@ fn claude_checkpoint_without_a_readable_transcript_still_records() {
         "{}",
         r.stderr
     );
+}
+
+#[test]
+fn claude_restore_to_the_first_prompt_is_a_fresh_start() {
+    // The first prompt's hook runs before Claude Code writes anything: the
+    // transcript is missing, or holds no entry yet.
+    for (sid, content) in [
+        ("s-missing", None),
+        ("s-empty", Some(&b"{\"type\":\"summary\"}\n"[..])),
+    ] {
+        let env = TestEnv::init();
+        let t = env.home.join(format!("{sid}.jsonl"));
+        if let Some(c) = content {
+            std::fs::write(&t, c).unwrap();
+        }
+        let r = prompt_hook(&env, sid, &t);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let cp = records(&env)
+            .into_iter()
+            .rfind(|x| x["kind"] == "checkpoint")
+            .unwrap();
+        let file: Value = serde_json::from_slice(
+            &std::fs::read(env.rt().join(cp["ref"].as_str().unwrap())).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(file["extra"]["transcript_empty"], true, "{sid}: {file}");
+        let ck = cp["checkpoint"].as_str().unwrap();
+        let v = ok(
+            &env,
+            &["restore-session", "--session", sid, "--to", ck, "--claude"],
+        );
+        assert_eq!(v["claude_fresh"], true, "{sid}: {v}");
+        assert_eq!(v["claude_session"], Value::Null, "{sid}: no fork");
+        let h = env.ckpt(&["restore-session", "--session", sid, "--to", ck, "--claude"]);
+        assert_eq!(h.code, 0, "{}", h.stderr);
+        assert!(
+            h.stdout.contains("start a new session with `claude`"),
+            "{}",
+            h.stdout
+        );
+        let ends: Vec<Value> = records(&env)
+            .into_iter()
+            .filter(|x| x["type"] == "restore_session" && x["status"] == "succeeded")
+            .collect();
+        assert_eq!(ends.len(), 2, "{sid}");
+        assert_eq!(ends[0]["outcome"]["claude_fresh"], true);
+        verify_ok(&env);
+    }
 }

@@ -87,6 +87,10 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             doc["claude_session"] = json!(c.session_id);
             doc["claude_transcript"] = json!(c.transcript.display().to_string());
         }
+        if report.claude_fresh {
+            doc["claude_fresh"] = json!(true);
+            doc["claude_resume"] = json!("claude");
+        }
         ui.json(&doc)?;
     } else {
         match (&report.branch_entry, &report.to) {
@@ -115,6 +119,12 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
                 c.entries
             ))?;
             ui.line(&format!("  {}", c.resume))?;
+        }
+        if report.claude_fresh {
+            ui.line(&format!(
+                "the conversation had not begun at {}: there is no transcript to fork; start a new session with `claude`",
+                report.checkpoint.as_deref().unwrap_or("that checkpoint")
+            ))?;
         }
     }
     Ok(if report.incomplete() {

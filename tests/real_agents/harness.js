@@ -247,24 +247,53 @@ function settingsFile(agent, ws) {
 }
 
 // ---------------------------------------------------------------- workspace
-function makeWorkspace(agent, name, settingsEdit) {
-  const dir = path.join(RUN, agent, name);
-  const ws = path.join(dir, 'ws');
-  fs.mkdirSync(dir, { recursive: true });
+// A git repository made from the crate (one commit), nothing of ckpt in it.
+function makeRepo(ws) {
   fs.cpSync(CRATE, ws, { recursive: true });
   for (const junk of ['.cargo-ok', '.cargo_vcs_info.json']) fs.rmSync(path.join(ws, junk), { force: true });
   git(ws, 'init', '-q', '-b', 'main');
   git(ws, 'add', '-A');
   git(ws, 'commit', '-qm', 'crate');
-  const init = ckpt(ws, ['init', '--hooks', agent]);
-  if (init.code !== 0) throw new Error(`ckpt init --hooks ${agent}: ${init.stderr}`);
-  if (settingsEdit) settingsEdit(ws);
-  git(ws, 'add', '-A');
-  git(ws, 'commit', '-qm', `${agent} hooks`);
+}
+// o.init === false: no `ckpt init` at all (a repository ckpt was never set up in).
+function makeWorkspace(agent, name, settingsEdit, o = {}) {
+  const dir = path.join(RUN, agent, name);
+  const ws = path.join(dir, 'ws');
+  fs.mkdirSync(dir, { recursive: true });
+  makeRepo(ws);
+  if (o.init !== false) {
+    const init = ckpt(ws, ['init', '--hooks', agent]);
+    if (init.code !== 0) throw new Error(`ckpt init --hooks ${agent}: ${init.stderr}`);
+    if (settingsEdit) settingsEdit(ws);
+    git(ws, 'add', '-A');
+    git(ws, 'commit', '-qm', `${agent} hooks`);
+  }
   const clientHome = path.join(dir, 'client-home');
   fs.mkdirSync(path.join(dir, 'home'), { recursive: true });
   fs.mkdirSync(clientHome, { recursive: true });
   return { dir, ws, clientHome, home: path.join(dir, 'home'), runs: 0 };
+}
+
+// The environment a client runs with (null: unset; `{port}` is filled in by
+// drive.js). Also what `ckpt doctor` and `ckpt init --user` get here, so they
+// look at the settings and trust the client has.
+function clientEnv(agent, d, sc) {
+  return {
+    PATH: `${BIN}:/usr/local/bin:/usr/bin:/bin`,
+    HOME: d.home,
+    LANG: 'C.UTF-8',
+    TERM: 'dumb',
+    NO_COLOR: '1',
+    ...CLIENTS[agent].env(d, sc),
+  };
+}
+// ckpt run with a client's environment (and nothing else of the harness's).
+function ckptAs(agent, d, sc, args, o = {}) {
+  const env = {};
+  for (const [k, v] of Object.entries({ ...clientEnv(agent, d, sc), ...(o.env || {}) })) if (v !== null && v !== undefined) env[k] = v;
+  const r = sh(CKPT, args, { cwd: o.cwd || d.ws, env });
+  try { r.json = JSON.parse(r.stdout); } catch { r.json = null; }
+  return r;
 }
 
 // One client run. ops: list of turns (each a list of generic ops).
@@ -276,15 +305,10 @@ function runClient(agent, d, sc, o) {
   const cfgPath = path.join(d.dir, `drive-${n}.json`);
   const resPath = path.join(d.dir, `result-${n}.json`);
   const files = { ...C.setup(d, sc), ...(o.files || {}) };
-  const env = {
-    PATH: `${BIN}:/usr/local/bin:/usr/bin:/bin`,
-    HOME: d.home,
-    LANG: 'C.UTF-8',
-    TERM: 'dumb',
-    NO_COLOR: '1',
-    ...C.env(d, sc),
-    ...(o.env || {}),
-  };
+  // Setup files the harness wrote itself before (and `ckpt init --hooks
+  // AGENT --user` merged its hooks into): not overwritten at client start.
+  for (const f of d.preWritten || []) delete files[f];
+  const env = { ...clientEnv(agent, d, sc), ...(o.env || {}) };
   const cfg = {
     format: C.format,
     script,
