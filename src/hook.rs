@@ -397,15 +397,48 @@ fn checkpoint(
     Ok(stats)
 }
 
+/// A call that only reads, with no side effect and safe to repeat (`Read`,
+/// `Grep`, `read_file`, …): recorded in one record at its end, with no
+/// `started` record and no open-call state (a crash in the middle of it
+/// leaves nothing to recover), which halves what it costs the agent.
+fn read_only(ev: &HookEvent, class: &crate::config::ToolClass) -> bool {
+    ev.capture == Capture::Skip
+        && class.side_effects.is_empty()
+        && class.idempotency == Idempotency::Idempotent
+        && class.compensation.is_none()
+        && ev.compensation.is_none()
+}
+
+/// The pre of a [`read_only`] call: only the user edits made since the
+/// last call are recorded (they are checked before every call).
+fn read_only_pre(ws: &Workspace, ev: &HookEvent, call: String) -> Result<HookStats, HookError> {
+    let dir = state_dir(ws)?;
+    let _g = StateLock::take(&dir)?;
+    let mut reg = agent_files::load(ws, &dir);
+    let drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
+    if !drafts.is_empty() {
+        append(ws, &drafts)?;
+        agent_files::save(&dir, &reg)?;
+    }
+    Ok(HookStats {
+        call: Some(call),
+        user_edits: drafts.len(),
+        ..Default::default()
+    })
+}
+
 fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
     let tool = ev.tool.clone().unwrap_or_else(|| "unknown".into());
+    let class = cfg.classify(&tool);
+    if read_only(ev, &class) {
+        return read_only_pre(ws, ev, call_id(ws, ev).0);
+    }
     let targets = if ev.capture == Capture::Declared {
         resolve_targets(ws, ev)?
     } else {
         Vec::new()
     };
     let (call, key) = call_id(ws, ev);
-    let class = cfg.classify(&tool);
     let dir = state_dir(ws)?;
     let _g = StateLock::take(&dir)?;
     let mut reg = agent_files::load(ws, &dir);
@@ -584,6 +617,8 @@ fn post_with(
 ) -> Result<HookStats, HookError> {
     let cdir = calls_dir(ws)?;
     let mut warnings = Vec::new();
+    let class = ev.tool.as_deref().map(|t| cfg.classify(t));
+    let one_record = state.is_none() && class.as_ref().is_some_and(|c| read_only(ev, c));
     let (call, session, tool, mut before): (
         String,
         Option<String>,
@@ -600,13 +635,15 @@ fn post_with(
                 .collect(),
         ),
         None => {
-            warnings.push(format!(
-                "no pre hook was recorded for this call{}; recording what is known",
-                ev.call
-                    .as_deref()
-                    .map(|c| format!(" ({c})"))
-                    .unwrap_or_default()
-            ));
+            if !one_record {
+                warnings.push(format!(
+                    "no pre hook was recorded for this call{}; recording what is known",
+                    ev.call
+                        .as_deref()
+                        .map(|c| format!(" ({c})"))
+                        .unwrap_or_default()
+                ));
+            }
             (
                 ev.call.clone().unwrap_or(fresh_call),
                 ev.session.clone(),
@@ -786,6 +823,20 @@ fn post_with(
         ToolCall::end(call.clone(), tool, CallStatus::Failed, Some(error))
     } else {
         ToolCall::end(call.clone(), tool, CallStatus::Succeeded, None)
+    };
+    let end = match (&class, one_record) {
+        // The call's one record: its class too, as a `started` would have.
+        (Some(c), true) => ToolCall {
+            step: 1,
+            input_hash: ev.input_hash.as_deref().and_then(|h| h.parse().ok()),
+            risk: Some(c.risk),
+            idempotency: Some(c.idempotency),
+            replay_policy: Some(c.replay_policy),
+            turn: ev.turn.clone(),
+            subagent: ev.subagent.clone(),
+            ..end
+        },
+        _ => end,
     };
     drafts.push(Draft::in_session(
         session.clone(),

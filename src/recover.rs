@@ -336,7 +336,9 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
                 )?;
             }
         }
+        // (A read-only call is one record, `step` 1: it has no start.)
         if ci.started.is_none()
+            && ci.first.step != 1
             && !matches!(ci.first.status, CallStatus::Planned | CallStatus::Approved)
         {
             // An end without a start (a post hook whose pre never ran).

@@ -335,6 +335,25 @@ fn non_file_tools_record_their_lifecycle() {
         );
         assert_eq!(r.code, 0, "{dir}/{case}: {}", r.stderr);
         let recs = records(&env);
+        if case == "read" {
+            // A read-only call: one record, at its end (issue 20).
+            assert_eq!(recs.len(), 1, "{dir}/{case}: {recs:#?}");
+            assert_eq!(
+                (
+                    &recs[0]["status"],
+                    &recs[0]["step"],
+                    &recs[0]["idempotency"]
+                ),
+                (
+                    &serde_json::json!(status),
+                    &serde_json::json!(1),
+                    &serde_json::json!("idempotent")
+                ),
+                "{dir}/{case}"
+            );
+            assert!(r.stderr.is_empty(), "{dir}/{case}: {}", r.stderr);
+            continue;
+        }
         assert_eq!(recs.len(), 2, "{dir}/{case}: {recs:#?}");
         assert_eq!(recs[0]["status"], "started");
         assert_eq!(recs[1]["status"], status, "{dir}/{case}");
@@ -356,6 +375,7 @@ fn the_catalog_classifies_calls_and_compensations_are_kept() {
     let env = TestEnv::new();
     hook(&env, "pre", &fixture(&env, "claude/bash.pre.json"), &[]);
     hook(&env, "pre", &fixture(&env, "claude/read.pre.json"), &[]);
+    hook(&env, "post", &fixture(&env, "claude/read.post.json"), &[]);
     hook(
         &env,
         "pre",
@@ -1392,4 +1412,42 @@ fn a_repository_inside_an_initialised_one_records_into_the_outer_workspace() {
         .filter_map(|r| r["call"].as_str().map(|c| c.to_string()))
         .collect();
     assert!(paths.contains(&"c1".to_string()), "{paths:?}");
+}
+
+#[test]
+fn a_read_only_call_is_one_record_and_still_catches_user_edits_first() {
+    let env = TestEnv::new();
+    let content = agent_writes_new_rs(&env);
+    let before = records(&env).len();
+    env.write("src/new.rs", format!("{content}// mine\n").as_bytes());
+    hook_ok(&env, "pre", &fixture(&env, "claude/read.pre.json"));
+    let recs = records(&env);
+    assert_eq!(recs.len(), before + 1, "the user edit, no started record");
+    assert_eq!(recs[before]["kind"], "user_edit");
+    assert!(
+        !env.rt().join("state/calls").exists()
+            || std::fs::read_dir(env.rt().join("state/calls"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "no open-call state for a read"
+    );
+    hook_ok(&env, "post", &fixture(&env, "claude/read.post.json"));
+    let recs = records(&env);
+    assert_eq!(recs.len(), before + 2);
+    assert_eq!(recs[before + 1]["status"], "succeeded");
+    // Nothing for recover to ask about.
+    let r = env.ckpt(&["recover", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v = r.json();
+    let calls = v["calls"].as_array().cloned().unwrap_or_default();
+    let read_call = recs[before + 1]["call"].clone();
+    assert!(calls.iter().any(|c| c["call"] == read_call), "{v}");
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c["call"] == read_call)
+            .all(|c| c["evidence"].is_null()),
+        "{v}"
+    );
 }

@@ -389,6 +389,72 @@ function harnessCheckpoint(d) {
   return c.json.checkpoint;
 }
 
+// `ckpt doctor --json [--agent AGENT]` run with the client's environment
+// (its CODEX_HOME / GEMINI_CLI_HOME / CLAUDE_CONFIG_DIR, its Gemini trust);
+// the problems it lists for the agent printed either way.
+function doctor(agent, sc, d, sco, withAgent) {
+  const r = ckptAs(agent, d, sco, ['doctor', '--json', ...(withAgent ? ['--agent', agent] : [])]);
+  const rep = r.json && (r.json.agents || []).find((a) => a.agent === agent);
+  const probs = (rep && rep.problems) || [];
+  console.log(`INFO ${agent} ${sc}: ckpt doctor${withAgent ? ' --agent ' + agent : ''} exit ${r.code}; ${agent}: ${rep ? `files ${JSON.stringify((rep.files || []).map((f) => `${f.scope}:${f.file}`))}, calls ${rep.calls}, problems ${JSON.stringify(probs.map((p) => `${p.level} ${p.code}: ${p.what}`))}` : `no report; stdout ${tail(r.stdout, 200)}; stderr ${tail(r.stderr, 200)}`}`);
+  return { r, rep, probs };
+}
+function problemList(probs) { return probs.length ? probs.map((p) => `${p.level} ${p.code}`).join(', ') : 'no problems'; }
+
+// User-level hooks: the settings file the client reads for its user settings
+// (Claude Code: $CLAUDE_CONFIG_DIR/settings.json, the harness's client home;
+// Gemini CLI: $GEMINI_CLI_HOME/.gemini/settings.json).
+function userSettingsFile(agent, d) {
+  return agent === 'claude' ? path.join(d.clientHome, 'settings.json') : path.join(d.clientHome, '.gemini', 'settings.json');
+}
+// The client setup's own files first (Gemini's auth settings are in the same
+// file), then `ckpt init --hooks AGENT --user` with the client's environment,
+// run in `initWs` (default the workspace), merges ckpt's hooks into them; the
+// client start then leaves those files as they are (d.preWritten). The
+// project's ckpt hooks, which init --user takes out, must be gone after.
+function installUserHooks(agent, sc, d, sco, initWs) {
+  d.preWritten = [];
+  for (const [f, text] of Object.entries(CLIENTS[agent].setup(d, sco))) {
+    if (text.includes('{port}')) continue; // filled in at client start: drive.js writes it
+    fs.mkdirSync(path.dirname(f), { recursive: true });
+    fs.writeFileSync(f, text);
+    d.preWritten.push(f);
+  }
+  const where = initWs || d.ws;
+  const r = ckptAs(agent, d, sco, ['init', '--hooks', agent, '--user', '--json'], { cwd: where });
+  const h = r.json && r.json.hooks;
+  const want = userSettingsFile(agent, d);
+  report(agent, sc, `ckpt init --hooks ${agent} --user writes the user settings file the client reads`, r.code === 0 && h && path.resolve(where, h.file) === want && h.added > 0,
+    r.code === 0 ? `hooks ${JSON.stringify(h)}${h && path.resolve(where, h.file) !== want ? `; the client reads ${want}` : ''}${r.json && r.json.problems && r.json.problems.length ? `; problems ${problemList(r.json.problems)}` : ''}` : `exit ${r.code}: ${tail(r.stderr, 200)}`);
+  if (r.stderr.trim()) console.log(`INFO ${agent} ${sc}: init --user said on stderr: ${tail(r.stderr, 300)}`);
+  userFileCheck(agent, sc, d, 'after init --user');
+  if (initWs) return r;
+  // The project's own settings file: no ckpt hook left in it.
+  const proj = CLIENTS[agent].settingsFiles.map((f) => path.join(d.ws, f)).filter((f) => fs.existsSync(f));
+  const left = proj.filter((f) => fs.readFileSync(f, 'utf8').includes(`${CKPT} hook `));
+  report(agent, sc, 'init --user took ckpt\'s hooks out of the project settings file', left.length === 0,
+    `moved_from ${JSON.stringify(h && h.moved_from)}; project files ${proj.map((f) => path.relative(d.ws, f)).join(', ') || 'none'}${left.length ? `; ckpt hooks still in ${left.map((f) => path.relative(d.ws, f))} (removed by the harness)` : ''}`);
+  for (const f of left) fs.rmSync(f); // so only the user-level hooks record
+  git(d.ws, 'add', '-A');
+  git(d.ws, 'commit', '-qm', `${agent} hooks moved to the user settings`);
+  return r;
+}
+// The user settings file: ckpt's hook commands all `--only-initialized`, and
+// what the harness's client setup wrote there still in it (merged, not replaced).
+function userFileCheck(agent, sc, d, when) {
+  const f = userSettingsFile(agent, d);
+  let doc = null;
+  try { doc = JSON.parse(fs.readFileSync(f, 'utf8')); } catch (e) { return report(agent, sc, `user settings file ${when}`, false, `${f}: ${e.message}`); }
+  const cmds = [];
+  for (const groups of Object.values(doc.hooks || {})) for (const g of groups || []) for (const h of g.hooks || []) if (h.command) cmds.push(h.command);
+  const ours = cmds.filter((c) => / hook \S+/.test(c) && c.includes(CKPT));
+  const bad = ours.filter((c) => !c.includes('--only-initialized'));
+  const kept = agent !== 'gemini' || (doc.security && doc.security.auth && doc.security.auth.selectedType === 'gemini-api-key');
+  return report(agent, sc, `the user settings file ${when} holds ckpt's --only-initialized hooks${agent === 'gemini' ? ' and the harness\'s auth settings' : ''}`,
+    ours.length > 0 && bad.length === 0 && kept,
+    `${path.relative(d.dir, f)}: ${ours.length} ckpt hook(s) in ${Object.keys(doc.hooks || {}).join(', ') || 'no events'}${ours.length ? `, e.g. ${JSON.stringify(ours[0].split(CKPT).join('CKPT'))}` : ''}${bad.length ? `; without --only-initialized: ${JSON.stringify(bad)}` : ''}${kept ? '' : `; security.auth lost: top-level keys ${Object.keys(doc)}`}`);
+}
+
 // ---------------------------------------------------------------- scenarios
 const SCENARIOS = {};
 
@@ -423,6 +489,14 @@ SCENARIOS['1-basic'] = (agent) => {
   report(agent, sc, 'a checkpoint for the prompt (per-prompt undo)', prompts.length === 1,
     prompts.length ? prompts[0].checkpoint : `checkpoints: ${JSON.stringify(records.filter((r) => r.kind === 'checkpoint').map((r) => r.label))}`);
   verify(agent, sc, d, 'after the session');
+  {
+    // With the client's environment (Gemini trusted as the client was through
+    // GEMINI_CLI_TRUST_WORKSPACE, Codex's CODEX_HOME with its trust entries).
+    const doc = doctor(agent, sc, d, {}, true);
+    const errors = doc.probs.filter((p) => p.level === 'error');
+    report(agent, sc, `ckpt doctor --agent ${agent} with the client's env: no error, calls counted`, doc.rep && errors.length === 0 && doc.rep.calls > 0,
+      doc.rep ? `exit ${doc.r.code}; calls ${doc.rep.calls}; ${problemList(doc.probs)}` : `exit ${doc.r.code}: ${tail(doc.r.stderr, 200)}`);
+  }
   rollbackTo(agent, sc, d, ck, baseline);
   verify(agent, sc, d, 'after the rollback');
   return { d, res, records };
@@ -474,8 +548,11 @@ SCENARIOS['2-user-edits'] = (agent) => {
   return { d, res, records };
 };
 
-function subdir(agent, sc, settingsEdit) {
+// o.user: ckpt's hooks in the user settings file (`ckpt init --hooks AGENT
+// --user`), none in the project.
+function subdir(agent, sc, settingsEdit, o = {}) {
   const d = makeWorkspace(agent, sc, settingsEdit);
+  if (o.user) installUserHooks(agent, sc, d, {});
   const baseline = treeState(d.ws);
   const ck = harnessCheckpoint(d);
   const res = runClient(agent, d, {}, {
@@ -497,6 +574,10 @@ function subdir(agent, sc, settingsEdit) {
   const st = ckptJson(d.ws, ['status'], { cwd: path.join(d.ws, 'src') });
   report(agent, sc, 'ckpt status run in src/ sees the workspace\'s files', st.json && st.json.agent_files && st.json.agent_files.length === 3,
     st.json ? `agent_files ${st.json.agent_files.length}` : firstLine(st.stderr));
+  if (o.user) {
+    userFileCheck(agent, sc, d, 'after the run');
+    doctor(agent, sc, d, {}, true);
+  }
   rollbackTo(agent, sc, d, ck, baseline);
   if (agent === 'claude' && fs.existsSync(path.join(d.dir, 'claude-debug.log'))) {
     // Which settings files Claude Code looked for (its --debug-file says so).
@@ -516,6 +597,63 @@ SCENARIOS['3b-subdir-settings-local'] = (agent) => agent !== 'claude' ? null : s
   const shared = path.join(ws, '.claude/settings.json');
   if (fs.existsSync(shared)) fs.renameSync(shared, path.join(ws, '.claude/settings.local.json'));
 });
+
+// Claude and Gemini: the hooks in the user settings file only (`ckpt init
+// --hooks AGENT --user`, which takes them out of the project), the session
+// started in src/. Gemini CLI 0.61 reads a project's .gemini/settings.json
+// only where it starts (3-subdir); its user settings everywhere.
+SCENARIOS['3c-subdir-user'] = (agent) => agent === 'codex' ? null : subdir(agent, '3c-subdir-user', null, { user: true });
+
+// Gemini: user-level hooks installed (init --user run in another workspace),
+// the client run in a git repository where `ckpt init` never ran: the hooks
+// fire, set nothing up there, and the client's calls run as without ckpt.
+SCENARIOS['3d-user-uninitialized'] = (agent) => {
+  const sc = '3d-user-uninitialized';
+  if (agent !== 'gemini') return null;
+  const d = makeWorkspace(agent, sc, null, { init: false });
+  const initialized = path.join(d.dir, 'initialized');
+  makeRepo(initialized);
+  installUserHooks(agent, sc, d, {}, initialized);
+  // Each user-level hook wrapped by capture-hook.sh (ckpt's command still
+  // runs after it): to see that they fired in the repository, not only that
+  // nothing was made there.
+  const capDir = path.join(d.dir, 'fired');
+  fs.mkdirSync(capDir, { recursive: true });
+  {
+    const f = userSettingsFile(agent, d);
+    const doc = JSON.parse(fs.readFileSync(f, 'utf8'));
+    for (const [ev, groups] of Object.entries(doc.hooks || {})) {
+      for (const g of groups) for (const h of g.hooks || []) if ((h.command || '').includes(CKPT)) h.command = `sh ${path.join(HERE, 'capture-hook.sh')} ${capDir} ${ev} ${h.command}`;
+    }
+    fs.writeFileSync(f, JSON.stringify(doc, null, 2) + '\n');
+  }
+  const before = calls(ledger(initialized)).length;
+  const baseline = treeState(d.ws);
+  const res = runClient(agent, d, {}, {
+    prompt: 'ckpt-e2e prompt three d: user-level hooks, a repository without ckpt',
+    turns: [
+      [{ op: 'edit', path: 'src/lib.rs', old: LIB_OLD, new: LIB_NEW }],
+      [{ op: 'write', path: 'NOTES.md', content: 'agent notes\n' }],
+      [{ op: 'shell', cmd: "printf 'no ckpt here\\n' > plain.txt" }],
+    ],
+  });
+  clientOk(agent, sc, res, 3);
+  const changed = treeDiff(baseline, treeState(d.ws));
+  report(agent, sc, 'the calls ran (src/lib.rs, NOTES.md, plain.txt changed)', changed.length === 3, changed.join(', ') || 'tree unchanged');
+  const fired = fs.readdirSync(capDir).filter((n) => n.endsWith('.json')).sort().map((n) => n.replace(/^\d+-\d+-/, '').replace(/\.json$/, ''));
+  const cwds = [...new Set(fs.readdirSync(capDir).filter((n) => n.endsWith('.meta')).map((n) => (/^cwd=(.*)$/m.exec(fs.readFileSync(path.join(capDir, n), 'utf8')) || [])[1]))];
+  report(agent, sc, 'the user-level hooks fired in that repository (BeforeTool and AfterTool for each call)',
+    fired.filter((e) => e === 'BeforeTool').length === 3 && fired.filter((e) => e === 'AfterTool').length === 3,
+    `fired: ${fired.join(', ') || 'none'}; hook cwd ${cwds.map((c) => c && c.split(d.ws).join('<repo>')).join(', ')}`);
+  const made = ['.agent-runtime', 'src/.agent-runtime'].filter((p) => fs.existsSync(path.join(d.ws, p)));
+  report(agent, sc, 'no .agent-runtime/ created in the repository ckpt init never ran in', made.length === 0, made.length ? `created: ${made.join(', ')}` : 'none');
+  const after = calls(ledger(initialized)).length;
+  report(agent, sc, 'nothing recorded in the workspace where init --user ran', after === before, `calls there: ${before} before, ${after} after`);
+  const said = (res.stderr || '').split('\n').filter((l) => /hook/i.test(l));
+  if (said.length) console.log(`INFO ${agent} ${sc}: client stderr lines mentioning hooks: ${tail(said.join(' | '), 400)}`);
+  userFileCheck(agent, sc, d, 'after the run');
+  return { d, res };
+};
 
 SCENARIOS['4-parallel'] = (agent) => {
   const sc = '4-parallel';
@@ -827,7 +965,8 @@ SCENARIOS['0-untrusted'] = (agent) => {
   const d = makeWorkspace(agent, sc);
   const baseline = treeState(d.ws);
   harnessCheckpoint(d);
-  const res = runClient(agent, d, { trust: agent === 'codex' ? 'project-only' : 'none' }, {
+  const sco = { trust: agent === 'codex' ? 'project-only' : 'none' };
+  const res = runClient(agent, d, sco, {
     prompt: 'ckpt-e2e prompt zero: hooks installed, client trust not set up',
     turns: [[{ op: 'shell', cmd: "printf 'x\\n' > untrusted.txt" }]],
   });
@@ -838,6 +977,13 @@ SCENARIOS['0-untrusted'] = (agent) => {
   const how = agent === 'codex' ? 'project trusted, no [hooks.state] trust entries' : 'no GEMINI_CLI_TRUST_WORKSPACE, no trustedFolders.json';
   report(agent, sc, `no call runs unrecorded without a word (${how})`, !ran || recorded || said,
     `client exit ${res.code}; the call ${ran ? 'ran' : 'did not run'}; ledger ${recorded ? 'recorded it' : 'empty'}; client output ${said ? 'mentions hooks' : 'never mentions hooks'}${res.code ? '; stderr ' + tail(res.stderr, 160) : ''}`);
+  // ckpt doctor with the client's environment (its CODEX_HOME, or its
+  // GEMINI_CLI_HOME and no GEMINI_CLI_TRUST_WORKSPACE) names the problem.
+  const code = agent === 'codex' ? 'codex_untrusted' : 'gemini_untrusted';
+  const doc = doctor(agent, sc, d, sco, false);
+  const found = doc.probs.find((p) => p.code === code);
+  report(agent, sc, `ckpt doctor --json with the client's env exits 4 naming ${code}`, doc.r.code === 4 && found && found.level === 'error',
+    doc.r.json ? `exit ${doc.r.code}; ${agent}: ${problemList(doc.probs)}` : `exit ${doc.r.code}: ${tail(doc.r.stderr, 200)}`);
   return { d, res, records };
 };
 
@@ -1028,7 +1174,7 @@ if (opt.fixturesFrom) {
   if (!opt.keep) fs.rmSync(RUN, { recursive: true, force: true });
   process.exit(0);
 }
-const ORDER = ['0-untrusted', '0b-trust-entries', '1-basic', '2-user-edits', '3-subdir', '3b-subdir-settings-local', '4-parallel', '5-crash', '5b-interrupt', '5c-nested-claude-pid', '6-resume'];
+const ORDER = ['0-untrusted', '0b-trust-entries', '1-basic', '2-user-edits', '3-subdir', '3b-subdir-settings-local', '3c-subdir-user', '3d-user-uninitialized', '4-parallel', '5-crash', '5b-interrupt', '5c-nested-claude-pid', '6-resume'];
 const summary = { run: RUN, versions: {}, results, overhead: {} };
 {
   const rev = sh('git', ['-C', REPO, 'describe', '--always', '--dirty']).stdout.trim();
