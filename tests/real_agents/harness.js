@@ -974,9 +974,13 @@ SCENARIOS['0-untrusted'] = (agent) => {
   const records = ledger(d.ws);
   const recorded = calls(records).length > 0;
   const said = /hook/i.test(res.stderr || '') || /hook/i.test(res.stdout || '');
+  // The client may say nothing (Codex skips untrusted hooks in silence):
+  // then `ckpt status`, what a user runs after a session, must say it.
+  const st = ckptAs(agent, d, sco, ['status']);
+  const statusSays = /will not run|skips these hooks|does not trust|ignores the project's hooks/.test(st.stderr || '');
   const how = agent === 'codex' ? 'project trusted, no [hooks.state] trust entries' : 'no GEMINI_CLI_TRUST_WORKSPACE, no trustedFolders.json';
-  report(agent, sc, `no call runs unrecorded without a word (${how})`, !ran || recorded || said,
-    `client exit ${res.code}; the call ${ran ? 'ran' : 'did not run'}; ledger ${recorded ? 'recorded it' : 'empty'}; client output ${said ? 'mentions hooks' : 'never mentions hooks'}${res.code ? '; stderr ' + tail(res.stderr, 160) : ''}`);
+  report(agent, sc, `no call runs unrecorded without a word (${how}): from the client, or from ckpt status`, !ran || recorded || said || statusSays,
+    `client exit ${res.code}; the call ${ran ? 'ran' : 'did not run'}; ledger ${recorded ? 'recorded it' : 'empty'}; client output ${said ? 'mentions hooks' : 'never mentions hooks'}; ckpt status ${statusSays ? 'warns: ' + tail(st.stderr, 200) : 'says nothing: ' + tail(st.stderr, 120)}${res.code ? '; stderr ' + tail(res.stderr, 160) : ''}`);
   // ckpt doctor with the client's environment (its CODEX_HOME, or its
   // GEMINI_CLI_HOME and no GEMINI_CLI_TRUST_WORKSPACE) names the problem.
   const code = agent === 'codex' ? 'codex_untrusted' : 'gemini_untrusted';
