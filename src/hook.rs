@@ -1036,6 +1036,13 @@ pub enum Close<'a> {
     /// The agent ended the turn or the session (`turn-end`): every call of
     /// that session still open was rejected, blocked or cut short.
     TurnEnded(Option<&'a str>),
+    /// The agent's session ended (`SessionEnd`, Codex's `Interrupt`): as
+    /// [`Close::TurnEnded`], except shell calls whose agent process is known,
+    /// whose command may outlive the agent (Gemini CLI 0.61 fires
+    /// `SessionEnd` on Ctrl-C while the command still runs): those are
+    /// closed once that process is gone ([`Close::AgentGone`], by
+    /// `recover` or a rollback), with everything the command wrote.
+    SessionEnded(Option<&'a str>),
     /// The agent process a call belongs to is gone (killed, crashed).
     AgentGone,
 }
@@ -1061,6 +1068,9 @@ pub struct ClosedCall {
 fn closes(s: &CallState, why: Close<'_>) -> bool {
     match why {
         Close::TurnEnded(session) => s.session.as_deref() == session,
+        Close::SessionEnded(session) => {
+            s.session.as_deref() == session && !(s.scan && s.proc.is_some())
+        }
         Close::AgentGone => s
             .proc
             .is_some_and(|p| crate::procs::alive(&p) == Some(false)),
@@ -1107,7 +1117,9 @@ pub fn close_open_calls(
             continue;
         }
         let reason = match why {
-            Close::TurnEnded(_) => "no after-event came before the agent ended its turn",
+            Close::TurnEnded(_) | Close::SessionEnded(_) => {
+                "no after-event came before the agent ended its turn"
+            }
             Close::AgentGone => "interrupted: the agent process it ran under is gone",
         };
         let changed = st
@@ -1123,7 +1135,7 @@ pub fn close_open_calls(
                 ),
             )
         } else if changed.iter().any(|c| *c) {
-            if let Close::TurnEnded(_) = why {
+            if let Close::TurnEnded(_) | Close::SessionEnded(_) = why {
                 // Not running any more, whatever its agent does now.
                 let st = CallState {
                     turn_ended: true,
@@ -1179,7 +1191,12 @@ fn turn_end(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, H
     // Only this session's: calls of a gone agent are closed by the commands
     // a person runs after a crash (`recover`, `rollback`), never by another
     // agent's hook.
-    let closed = close_open_calls(ws, cfg, Close::TurnEnded(ev.session.as_deref()))?;
+    let session = ev.session.as_deref();
+    let why = match ev.source.as_deref() {
+        Some("SessionEnd" | "Interrupt" | "sessionEnd") => Close::SessionEnded(session),
+        _ => Close::TurnEnded(session),
+    };
+    let closed = close_open_calls(ws, cfg, why)?;
     Ok(HookStats {
         warnings: closed_warnings(&closed),
         ..Default::default()

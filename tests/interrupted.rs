@@ -422,3 +422,93 @@ fn a_damaged_ledger_gets_no_closing_records() {
         "nothing appended"
     );
 }
+
+/// Before: Gemini CLI's `SessionEnd` on Ctrl-C closed a shell call whose
+/// command still ran; what the command wrote afterwards was nobody's, and
+/// `rollback --call` left it. A session's end now leaves such a call to be
+/// closed once its agent process is gone, with everything it wrote.
+#[test]
+fn a_session_end_leaves_a_running_shell_call_for_when_its_agent_is_gone() {
+    let env = TestEnv::init();
+    let mut a = agent();
+    let pid = a.id().to_string();
+    let gemini = |event: &str, extra: Value| {
+        let mut v = json!({"session_id": "g1", "transcript_path": "/dev/null",
+            "cwd": env.ws, "hook_event_name": event, "timestamp": "2026-01-01T00:00:00Z"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v.to_string().into_bytes()
+    };
+    let pre = gemini(
+        "BeforeTool",
+        json!({"tool_name": "run_shell_command", "tool_input": {"command": "sleep 5; make"}}),
+    );
+    let r = crate::common::run_with_stdin(
+        &env,
+        &["hook", "pre", "--format", "gemini"],
+        &pre,
+        &[("CKPT_AGENT_PID", &pid)],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    env.write("early.txt", b"before the end\n");
+    let end = gemini("SessionEnd", json!({"reason": "exit"}));
+    let r = crate::common::run_with_stdin(
+        &env,
+        &["hook", "turn-end", "--format", "gemini"],
+        &end,
+        &[("CKPT_AGENT_PID", &pid)],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let shell_ends = |env: &TestEnv| {
+        env.ckpt(&["--json", "log"]).json()["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["kind"] == "tool_call"
+                    && r["tool"] == "run_shell_command"
+                    && r["status"] != "started"
+            })
+            .count()
+    };
+    assert_eq!(shell_ends(&env), 0, "left open at the session's end");
+    // The command goes on writing after the session ended; then the agent exits.
+    env.write("late.txt", b"after the end\n");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let r = env.ckpt(&["--json", "recover"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(shell_ends(&env), 1);
+    let patched: Vec<String> = env.ckpt(&["--json", "log"]).json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "file_patch")
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        patched,
+        ["early.txt", "late.txt"],
+        "both writes are the call's"
+    );
+    // A turn's end (AfterAgent) still closes a shell call at once.
+    let pre = gemini(
+        "BeforeTool",
+        json!({"tool_name": "run_shell_command", "tool_input": {"command": "refused"}}),
+    );
+    let mut b = agent();
+    let pid = b.id().to_string();
+    let run = |args: &[&str], p: &[u8]| {
+        crate::common::run_with_stdin(&env, args, p, &[("CKPT_AGENT_PID", &pid)])
+    };
+    assert_eq!(run(&["hook", "pre", "--format", "gemini"], &pre).code, 0);
+    let after = gemini("AfterAgent", json!({"prompt": "p", "prompt_response": "r"}));
+    assert_eq!(
+        run(&["hook", "turn-end", "--format", "gemini"], &after).code,
+        0
+    );
+    assert_eq!(shell_ends(&env), 2);
+    b.kill().unwrap();
+    b.wait().unwrap();
+}

@@ -58,7 +58,8 @@ pub(super) fn parse(
 ) -> Result<HookEvent, HookInputError> {
     let mut ev = HookEvent::empty(format, phase);
     let f = Fields::top(&map);
-    if let Some(event) = f.str("hook_event_name")? {
+    let event = f.str("hook_event_name")?;
+    if let Some(event) = event {
         let belongs = event_phase(event).ok_or_else(|| unknown_event(event, format))?;
         check_event(event, belongs, phase, false)?;
     }
@@ -85,7 +86,12 @@ pub(super) fn parse(
             ev.source = f.string("source")?;
             return Ok(ev);
         }
-        Phase::TurnEnd => return Ok(ev),
+        Phase::TurnEnd => {
+            // Which end it is: a session's end may leave a shell call's
+            // command running (hook::turn_end).
+            ev.source = event.map(str::to_string);
+            return Ok(ev);
+        }
         Phase::Pre | Phase::Post | Phase::PostFailure => {}
     }
 

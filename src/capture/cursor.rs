@@ -95,7 +95,10 @@ pub(super) fn parse(
             ev.source = f.string("source")?;
             return Ok(ev);
         }
-        Kind::TurnEnd => return Ok(ev),
+        Kind::TurnEnd => {
+            ev.source = Some(event.to_string());
+            return Ok(ev);
+        }
         Kind::Shell => {
             let command = f.req_str("command")?;
             ev.tool = Some("shell".to_string());
