@@ -878,11 +878,16 @@ SCENARIOS['5b-interrupt'] = (agent) => {
   report(agent, sc, `a turn-end hook fired after the ${k.signal}`, sessionEnded, fired.join(', ') || 'none fired');
   if (sessionEnded) {
     const ps = patches(records).filter((p) => p.call === shellCall).map((p) => p.path);
-    report(agent, sc, `the interrupted shell call closed when the client ended (${fired.join(', ')} -> turn-end), with what its child wrote`,
-      end && end.ended && (!wrote || ps.includes('interrupted.txt')),
-      end ? `${end.statuses.join('>')}${end.error ? ': ' + end.error : ''}; its patches [${ps}]${wrote && !ps.includes('interrupted.txt') ? '; interrupted.txt written after the call was closed' : ''}` : 'no shell call');
+    // Closed at the client's end with what its child wrote, or (a shell
+    // call at a session's end, since 3717b50) left open for the close that
+    // comes once its agent is gone: its command may still be writing.
     const st = ckptJson(d.ws, ['status']);
-    report(agent, sc, 'nothing in doubt after the turn-end hook', st.json && st.json.uncertain === 0,
+    const leftOpen = end && !end.ended && st.json && (st.json.uncertain_calls || []).some((c) => c.call === shellCall && c.agent === 'gone');
+    report(agent, sc, `the interrupted shell call closed when the client ended (${fired.join(', ')} -> turn-end) with what its child wrote, or left for the close once its agent is gone`,
+      (end && end.ended && (!wrote || ps.includes('interrupted.txt'))) || leftOpen,
+      end ? `${end.statuses.join('>')}${end.error ? ': ' + end.error : ''}; its patches [${ps}]${leftOpen ? '; left open, status says its agent is gone' : ''}${end.ended && wrote && !ps.includes('interrupted.txt') ? '; interrupted.txt written after the call was closed' : ''}` : 'no shell call');
+    report(agent, sc, 'nothing in doubt after the turn-end hook but a call whose agent is gone (status says so)',
+      st.json && (st.json.uncertain_calls || []).every((c) => c.agent === 'gone'),
       st.json ? `uncertain ${st.json.uncertain} ${JSON.stringify(st.json.uncertain_calls).slice(0, 200)}` : firstLine(st.stderr));
   }
   if (shellCall) {
