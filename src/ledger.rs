@@ -62,6 +62,11 @@ pub const NEEDS_VERIFY_FILE: &str = "needs-verify";
 /// record means records were cut off the end (`ledger_truncated`), which the
 /// chain alone cannot see.
 pub const HEAD_FILE: &str = "ledger.head";
+/// Left by a command that found the ledger damaged (a record garbled or cut
+/// off, `ledger.head` gone): while it exists no record is appended, so a
+/// hook facing a damaged history stops instead of writing records no reader
+/// reaches. It holds the one-line reason. `ckpt repair` removes it.
+pub const DAMAGED_FILE: &str = "ledger.damaged";
 
 const HASH_SUFFIX_PREFIX: &[u8] = b",\"hash\":\"sha256:";
 const HASH_SUFFIX_LEN: usize = HASH_SUFFIX_PREFIX.len() + 64 + 2;
@@ -101,6 +106,11 @@ pub enum LedgerError {
     /// The ledger file is not a plain private file.
     #[error("E_RUNTIME_UNSAFE: `.agent-runtime/ledger.jsonl` {0}; refusing to use it")]
     Unsafe(String),
+    /// The ledger is known to be damaged: nothing is appended to it.
+    #[error(
+        "E_LEDGER_DAMAGED: the ledger is damaged ({0}); ckpt adds nothing to a damaged history: run `ckpt verify` to see the damage, then `ckpt repair`, which keeps everything intact"
+    )]
+    Damaged(String),
 }
 
 fn io_err(op: &'static str, e: impl Into<io::Error>) -> LedgerError {
@@ -425,8 +435,91 @@ pub(crate) fn create_empty(rt: BorrowedFd<'_>) -> io::Result<()> {
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     ) {
-        Ok(fd) => Ok(rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?),
+        Ok(fd) => {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+            // The head anchor exists from the start (its name is synced with
+            // the ledger's by init): a ledger with records and no head is
+            // one whose head was deleted.
+            write_head(rt, &Tail::default());
+            Ok(())
+        }
         Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What `ledger.head` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadState {
+    /// No such file.
+    Absent,
+    /// There, but not readable as a head (empty after a crash, say).
+    Unreadable,
+    /// The last acknowledged record.
+    At(Head),
+}
+
+/// Reads `ledger.head`, telling a missing file from an unreadable one.
+pub fn head_state(rt: BorrowedFd<'_>) -> HeadState {
+    match fs_util::entry_at(rt, HEAD_FILE.as_ref()) {
+        Ok(fs_util::EntryKind::Absent) => HeadState::Absent,
+        _ => match read_head(rt) {
+            Some(h) => HeadState::At(h),
+            None => HeadState::Unreadable,
+        },
+    }
+}
+
+/// Why the ledger, whose valid prefix ends at `tail`, has lost records its
+/// head anchor says were written (`None`: nothing says so).
+pub fn lost_records(rt: BorrowedFd<'_>, tail: &Tail) -> Option<String> {
+    match head_state(rt) {
+        HeadState::Absent if tail.seq > 0 => Some(
+            "`ledger.head`, the anchor of the last record written, is missing, so a cut-off end could not be seen".into(),
+        ),
+        HeadState::At(h) if h.seq > tail.seq => Some(format!(
+            "seq {} was written but the ledger now ends at seq {}: records were cut off",
+            h.seq, tail.seq
+        )),
+        HeadState::At(h) if h.seq == tail.seq && h.seq > 0 && h.hash != tail.hash => Some(format!(
+            "the record at seq {} is not the one that was written (its hash differs from ledger.head)",
+            h.seq
+        )),
+        _ => None,
+    }
+}
+
+/// The reason [`DAMAGED_FILE`] holds, if it exists.
+pub fn damaged_mark(rt: BorrowedFd<'_>) -> Option<String> {
+    let mut f = match fs_util::open_regular_at(rt, DAMAGED_FILE.as_ref()) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(_) => return Some("`.agent-runtime/ledger.damaged` is there".into()),
+    };
+    let mut buf = Vec::new();
+    let _ = Read::by_ref(&mut f).take(4096).read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).trim().to_string();
+    Some(if text.is_empty() {
+        "`.agent-runtime/ledger.damaged` is there".into()
+    } else {
+        text
+    })
+}
+
+/// Leaves [`DAMAGED_FILE`] with `why` (durably, best effort: it only stops
+/// writers sooner; every full read finds the damage again).
+pub fn mark_damaged(rt: BorrowedFd<'_>, why: &str) {
+    if damaged_mark(rt).is_some() {
+        return;
+    }
+    let line = format!("{}\n", why.replace('\n', " "));
+    let _ = fs_util::write_atomic(rt, DAMAGED_FILE.as_ref(), line.as_bytes(), 0o600, true);
+}
+
+/// Takes [`DAMAGED_FILE`] away (`ckpt repair`, once the ledger is whole).
+pub(crate) fn clear_damaged(rt: BorrowedFd<'_>) -> io::Result<()> {
+    match rustix::fs::unlinkat(rt, DAMAGED_FILE, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -516,7 +609,20 @@ impl Ledger {
             fs_util::fsync_dir_now(self.rt.as_fd())
                 .map_err(|e| io_err("sync the directory of", e))?;
         }
-        let (tail, torn) = scan_tail(&mut file, st.st_size as u64)?;
+        if let Some(why) = damaged_mark(self.rt.as_fd()) {
+            return Err(LedgerError::Damaged(why));
+        }
+        let (tail, torn) = match scan_tail(&mut file, st.st_size as u64) {
+            Err(LedgerError::Corrupt { problem, .. }) => {
+                mark_damaged(self.rt.as_fd(), &problem);
+                return Err(LedgerError::Damaged(problem));
+            }
+            r => r?,
+        };
+        if let Some(why) = lost_records(self.rt.as_fd(), &tail) {
+            mark_damaged(self.rt.as_fd(), &why);
+            return Err(LedgerError::Damaged(why));
+        }
         let mut guard = LedgerLock {
             ledger: self,
             _lock: lock,
@@ -545,6 +651,20 @@ impl Ledger {
         })?;
         read.records = records;
         Ok(read)
+    }
+
+    /// Leaves the damage `read` found (a garbled record, a cut-off end) for
+    /// writers to see ([`DAMAGED_FILE`]); returns its one-line reason.
+    pub fn note_damage(&self, read: &LedgerRead) -> Option<String> {
+        let why = match &read.corruption {
+            Some(c) => Some(format!(
+                "seq {} (line {}) is damaged: {}",
+                c.seq, c.line, c.problem
+            )),
+            None => lost_records(self.rt.as_fd(), &read.tail),
+        }?;
+        mark_damaged(self.rt.as_fd(), &why);
+        Some(why)
     }
 
     /// Reads every valid record, calling `visit` with each raw line (without `\n`)
@@ -1246,6 +1366,8 @@ mod tests {
     fn records_synced_later_keep_the_chain_and_never_move_the_head_back() {
         let t = tempfile::tempdir().unwrap();
         let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
+        // As init makes it: the head anchor is there from the start.
+        create_empty(rt.as_fd()).unwrap();
         let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()));
         let first = ledger
             .lock()

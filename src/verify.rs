@@ -80,6 +80,15 @@ impl Workspace {
             });
         }
         let rt = self.runtime_dir();
+        if crate::ledger::head_state(rt.as_fd()) == crate::ledger::HeadState::Absent
+            && read.tail.seq > 0
+        {
+            problems.push(Problem {
+                seq: None,
+                path: Some(crate::ledger::HEAD_FILE.into()),
+                problem: "`ledger.head`, the anchor of the last record written, is missing (ckpt creates it with the ledger and never removes it): a cut-off end of the ledger could not be seen".into(),
+            });
+        }
         if let Some(head) = crate::ledger::read_head(rt.as_fd()) {
             if read.corruption.is_none() && head.seq > read.tail.seq {
                 problems.push(Problem {
@@ -251,6 +260,29 @@ impl Workspace {
                             problem: format!("checkpoint file {id} has no ledger record (a crash between writing the file and the record); it is ignored"),
                         });
                     }
+                }
+            }
+        }
+        // The mark that stops writers (ledger.damaged) follows what was found:
+        // left for damage in the ledger or its anchors, taken away once the
+        // ledger reads whole again (repaired, or a byte put back by hand).
+        let ledger_damage = problems.iter().find(|p| {
+            p.path.as_deref().is_some_and(|f| {
+                f == "ledger.jsonl"
+                    || f == crate::ledger::HEAD_FILE
+                    || f.starts_with("checkpoints/")
+            }) && !p.problem.starts_with("torn last record")
+        });
+        match ledger_damage {
+            Some(p) => crate::ledger::mark_damaged(rt.as_fd(), &p.problem),
+            None => {
+                if crate::ledger::damaged_mark(rt.as_fd()).is_some() {
+                    let _ = crate::ledger::clear_damaged(rt.as_fd());
+                    warnings.push(Problem {
+                        seq: None,
+                        path: Some(crate::ledger::DAMAGED_FILE.into()),
+                        problem: "the ledger was marked damaged and now reads whole: the mark is taken away, and ckpt records again".into(),
+                    });
                 }
             }
         }

@@ -399,7 +399,10 @@ impl Workspace {
 
     /// Reads the whole ledger (tolerating a torn tail).
     pub fn read_ledger(&self) -> Result<LedgerRead, WorkspaceError> {
-        Ok(self.ledger.read()?)
+        let read = self.ledger.read()?;
+        // Damage seen here stops every writer until `ckpt repair`.
+        self.ledger.note_damage(&read);
+        Ok(read)
     }
 
     /// Makes a checkpoint: writes `checkpoints/<id>.json` durably, then appends

@@ -134,15 +134,38 @@ fn corruption_in_the_middle_stops_readers_and_writers_never_delete_it() {
         "the error names the first bad seq"
     );
 
-    // A writer appends after the damage, but never removes it.
-    ws.ledger().append(call_record(77)).unwrap();
+    // A writer adds nothing to a damaged history (issue 21 item 3: records
+    // after the damage reach no reader), and removes nothing.
+    let e = ws.ledger().append(call_record(77)).unwrap_err();
+    assert!(matches!(e, ckpt::ledger::LedgerError::Damaged(_)), "{e}");
+    assert!(e.to_string().contains("ckpt repair"), "{e}");
     let after = std::fs::read(env.ledger_path()).unwrap();
-    assert_eq!(
-        &after[..damaged.len()],
-        &damaged[..],
-        "damaged bytes are kept"
-    );
+    assert_eq!(after, damaged, "damaged bytes are kept, nothing added");
     assert_eq!(env.ckpt(&["verify"]).code, 4);
+    // A hook follows on_record_failure: block by default, with the way out.
+    let pre = serde_json::json!({"session_id": "s", "tool_use_id": "c", "cwd": env.ws,
+        "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "true"}});
+    let r = crate::hooks::hook(&env, "pre", pre.to_string().as_bytes(), &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("ckpt repair"), "{}", r.stderr);
+    assert_eq!(std::fs::read(env.ledger_path()).unwrap(), damaged);
+    // `checkpoint` prints no id `show` would reject: it refuses.
+    let c = env.ckpt(&["checkpoint"]);
+    assert_eq!(c.code, 1, "{}", c.stdout);
+    // Reading commands say the history they show is partial.
+    for cmd in [&["status"][..], &["conflicts"], &["log"], &["diff"]] {
+        let r = env.ckpt(cmd);
+        assert!(
+            r.stderr.contains("partial history"),
+            "{cmd:?}: {}",
+            r.stderr
+        );
+    }
+    // Put back by hand: verify finds it whole and writers go on.
+    std::fs::write(env.ledger_path(), &full).unwrap();
+    let v = env.ckpt(&["verify"]);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    ws.ledger().append(call_record(78)).unwrap();
 }
 
 #[test]
@@ -158,5 +181,39 @@ fn a_flip_detected_through_the_binary_exits_4() {
         let r = env.ckpt(&["verify"]);
         assert_eq!(r.code, 4, "flip at {i}: {}", r.stdout);
         assert!(r.stdout.contains("FAILED"));
+    }
+}
+
+/// Issue 21 item 2: before, the next append moved `ledger.head` on and a cut
+/// (or a deleted head) was never seen again: `verify` said ok and rollback
+/// acted on the shortened history.
+#[test]
+fn records_cut_off_stay_detected_after_later_writes() {
+    for cut in ["truncate", "empty", "delete_head"] {
+        let env = ledger_with(20);
+        let full = std::fs::read(env.ledger_path()).unwrap();
+        let ls = lines(&full);
+        match cut {
+            "truncate" => std::fs::write(env.ledger_path(), ls[..12].concat()).unwrap(),
+            "empty" => std::fs::write(env.ledger_path(), b"").unwrap(),
+            _ => std::fs::remove_file(env.rt().join("ledger.head")).unwrap(),
+        }
+        // A writer comes along: it refuses, naming the way out.
+        let c = env.ckpt(&["checkpoint"]);
+        assert_eq!(c.code, 1, "{cut}: {}", c.stdout);
+        assert!(c.stderr.contains("ckpt repair"), "{cut}: {}", c.stderr);
+        let pre = serde_json::json!({"session_id": "s", "tool_use_id": "c", "cwd": env.ws,
+            "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "true"}});
+        let r = crate::hooks::hook(&env, "pre", pre.to_string().as_bytes(), &[]);
+        assert_eq!(r.code, 2, "{cut}: {}", r.stderr);
+        // The loss is still seen.
+        for _ in 0..2 {
+            let v = env.ckpt(&["verify"]);
+            assert_eq!(v.code, 4, "{cut}: {}", v.stdout);
+        }
+        let r = env.ckpt(&["rollback", "--last", "1"]);
+        assert_ne!(r.code, 0, "{cut}: rollback acted on a shortened history");
+        let st = env.ckpt(&["status"]);
+        assert!(st.stderr.contains("partial history"), "{cut}: {}", st.stderr);
     }
 }

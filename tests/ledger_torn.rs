@@ -41,6 +41,18 @@ pub fn ledger_with(n: usize) -> TestEnv {
     env
 }
 
+/// [`ledger_with`], with the last record's acknowledgement lost: its
+/// `ledger.head` is as it was before (as when a crash hits while that record
+/// is written, before its `fdatasync` returns). Returns the head's bytes.
+fn ledger_with_unacked_last(n: usize) -> (TestEnv, Vec<u8>) {
+    let env = ledger_with(n - 1);
+    let head = env.rt().join("ledger.head");
+    let before = std::fs::read(&head).unwrap();
+    env.open().ledger().append(call_record(n)).unwrap();
+    std::fs::write(&head, &before).unwrap();
+    (env, before)
+}
+
 fn line_starts(bytes: &[u8]) -> Vec<usize> {
     let mut v = vec![0];
     for (i, b) in bytes.iter().enumerate() {
@@ -66,8 +78,16 @@ fn backups(env: &TestEnv) -> Vec<std::path::PathBuf> {
     v
 }
 
-fn check_damaged_tail(env: &TestEnv, full: &[u8], good_len: usize, damaged: &[u8], what: &str) {
+fn check_damaged_tail(
+    env: &TestEnv,
+    head: &[u8],
+    full: &[u8],
+    good_len: usize,
+    damaged: &[u8],
+    what: &str,
+) {
     std::fs::write(env.ledger_path(), damaged).unwrap();
+    std::fs::write(env.rt().join("ledger.head"), head).unwrap();
     for b in backups(env) {
         std::fs::remove_file(b).unwrap();
     }
@@ -129,19 +149,26 @@ fn check_damaged_tail(env: &TestEnv, full: &[u8], good_len: usize, damaged: &[u8
 
 #[test]
 fn last_record_cut_at_every_byte_offset_is_repaired() {
-    let env = ledger_with(50);
+    let (env, head) = ledger_with_unacked_last(50);
     let full = std::fs::read(env.ledger_path()).unwrap();
     let starts = line_starts(&full);
     let last = *starts.last().unwrap();
     // Every cut from "record 50 entirely missing" to "only its newline missing".
     for cut in last..full.len() {
-        check_damaged_tail(&env, &full, last, &full[..cut], &format!("cut at {cut}"));
+        check_damaged_tail(
+            &env,
+            &head,
+            &full,
+            last,
+            &full[..cut],
+            &format!("cut at {cut}"),
+        );
     }
 }
 
 #[test]
 fn nul_filled_tails_are_torn_not_corrupt() {
-    let env = ledger_with(50);
+    let (env, head) = ledger_with_unacked_last(50);
     let full = std::fs::read(env.ledger_path()).unwrap();
     let last = *line_starts(&full).last().unwrap();
     let len50 = full.len() - last;
@@ -151,11 +178,12 @@ fn nul_filled_tails_are_torn_not_corrupt() {
         for b in &mut d[last + keep..] {
             *b = 0;
         }
-        check_damaged_tail(&env, &full, last, &d, &format!("NUL from {keep}"));
+        check_damaged_tail(&env, &head, &full, last, &d, &format!("NUL from {keep}"));
         // Record 50 intact but followed by a NUL extension: 50 stays.
         let mut ext = full.clone();
         ext.extend(std::iter::repeat_n(0u8, 512 + keep));
         std::fs::write(env.ledger_path(), &ext).unwrap();
+        std::fs::write(env.rt().join("ledger.head"), &head).unwrap();
         let ws = env.open();
         let read = ws.read_ledger().unwrap();
         assert_eq!(read.records.len(), 50);
@@ -181,7 +209,7 @@ fn a_torn_first_write_leaves_an_empty_ledger() {
 
 #[test]
 fn cli_readers_tolerate_a_torn_tail_and_say_so() {
-    let env = ledger_with(5);
+    let (env, _) = ledger_with_unacked_last(5);
     let mut full = std::fs::read(env.ledger_path()).unwrap();
     full.truncate(full.len() - 10);
     std::fs::write(env.ledger_path(), &full).unwrap();

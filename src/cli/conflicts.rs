@@ -18,6 +18,7 @@ pub struct Args {
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let read = ws.read_ledger()?;
+    super::ui::warn_partial(&ws, &read);
     let all = conflict::list(&read.records);
     let open = all
         .iter()

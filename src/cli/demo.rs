@@ -332,8 +332,37 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
                 .unwrap_or("")
         ),
     )?;
+    let refused = ckpt::hook::run(
+        &ws,
+        &ckpt::config::Config::default(),
+        &ckpt::capture::HookEvent::empty(
+            ckpt::capture::Format::Claude,
+            ckpt::capture::Phase::Prompt,
+        ),
+    )
+    .is_err();
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "   until it is repaired, ckpt adds nothing to that history: the next hook {}",
+            if refused {
+                "is refused (a pre hook blocks the agent's call, naming `ckpt repair`)"
+            } else {
+                "went through?!"
+            }
+        ),
+    )?;
     std::fs::write(&ledger_path, &original).map_err(|e| fail("restoring the ledger", e))?;
-    say(ui, &mut narrate, "   (byte restored)")?;
+    let again = ws.verify().map_err(|e| fail("verifying", e))?;
+    say(
+        ui,
+        &mut narrate,
+        &format!(
+            "   (byte put back by hand) $ ckpt verify → {}: ckpt records again",
+            if again.ok { "ok" } else { "FAILED" }
+        ),
+    )?;
 
     // 7. The user keeps working, then takes the agent's work back.
     let main_now =

@@ -25,6 +25,7 @@ pub struct Args {
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let read = ws.read_ledger()?;
+    super::ui::warn_partial(&ws, &read);
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     let selector = match (&args.since, &args.call) {

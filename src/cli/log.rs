@@ -55,12 +55,8 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             ui.line(&line)?;
         }
     }
-    if let Some(c) = &read.corruption {
-        super::ui::note(&format!(
-            "warning: the ledger is damaged at seq {} ({}); records after it are not shown; run `ckpt verify`",
-            c.seq, c.problem
-        ));
-    } else if read.torn.is_some() {
+    ws.ledger().note_damage(&read);
+    if !super::ui::warn_partial(&ws, &read) && read.torn.is_some() {
         super::ui::note(
             "note: the ledger ends with a torn record (a crash mid-write); the next ckpt write repairs it",
         );

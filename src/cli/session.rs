@@ -100,6 +100,7 @@ fn show(ui: &mut Ui, ctx: &Ctx, a: &ShowArgs) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     session::validate_session(&a.session)?;
     let read = ws.read_ledger()?;
+    super::ui::warn_partial(&ws, &read);
     let view = match &a.leaf {
         Some(e) => session::show_from(&read.records, &a.session, e)?,
         None => session::show(&read.records, &a.session),
@@ -205,6 +206,7 @@ fn branches(ui: &mut Ui, ctx: &Ctx, a: &BranchesArgs) -> Result<i32, CommandErro
     let ws = ctx.open()?;
     session::validate_session(&a.session)?;
     let read = ws.read_ledger()?;
+    super::ui::warn_partial(&ws, &read);
     let leaves = session::branches(&read.records, &a.session);
     if ui.json {
         ui.json(&json!({"session": a.session, "leaves": leaves}))?;

@@ -26,12 +26,22 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let id = args.id.as_str();
     let mut found: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
-    ws.ledger().scan(|raw, rec| {
+    let read = ws.ledger().scan(|raw, rec| {
         if matches(&rec, id) {
             found.push((raw.to_vec(), rec));
         }
         Ok(())
     })?;
+    ws.ledger().note_damage(&read);
+    let partial = super::ui::warn_partial(&ws, &read);
+    if found.is_empty() && partial {
+        return Err(CommandError::new(
+            super::error::ERROR,
+            format!(
+                "`{id}` is not in the readable part of the ledger (it may be past the damage); run `ckpt verify`, then `ckpt repair`"
+            ),
+        ));
+    }
     if found.is_empty() {
         return Err(ckpt::WorkspaceError::UnknownId(id.to_string()).into());
     }

@@ -37,6 +37,7 @@ fn letter(f: &PlannedFile, report: &RollbackReport) -> &'static str {
 pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let read = ws.read_ledger()?;
+    super::ui::warn_partial(&ws, &read);
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     let report = rollback::dry_plan(&ws, &cfg, &read.records, Selector::Everything)?;

@@ -103,3 +103,26 @@ impl Ui {
 pub fn note(s: &str) {
     eprintln!("{}", ckpt::redact::redact_str(s));
 }
+
+/// Says on stderr when `read` is not the whole history (a record damaged, or
+/// records cut off the end): what the command shows is partial. Returns
+/// whether it said so.
+pub fn warn_partial(ws: &ckpt::Workspace, read: &ckpt::LedgerRead) -> bool {
+    use std::os::fd::AsFd;
+    let why = match &read.corruption {
+        Some(c) => Some(format!(
+            "the ledger is damaged at seq {} ({}): records from there on are not shown",
+            c.seq, c.problem
+        )),
+        None => ckpt::ledger::lost_records(ws.runtime_dir().as_fd(), &read.tail),
+    };
+    match why {
+        Some(w) => {
+            note(&format!(
+                "warning: this is a partial history: {w}; run `ckpt verify`, then `ckpt repair`"
+            ));
+            true
+        }
+        None => false,
+    }
+}

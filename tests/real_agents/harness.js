@@ -1124,47 +1124,104 @@ function capture(agent) {
   const failing = cs[3];
   report(agent, sc, 'the failing shell command (exit 2) recorded as failed', failing && failing.statuses.includes('failed'),
     failing ? `${failing.tool}: ${failing.statuses.join('>')}` : describeLedger(records));
-  report(agent, sc, '5 calls recorded start to end', cs.length === 5 && cs.every((c) => c.statuses.length === 2), describeLedger(records));
+  // A read-only call (Claude Read, Gemini read_file) is one record at its
+  // end, no started record; Codex reads with a shell command (`cat`).
+  const want = ['started>succeeded', 'started>succeeded', 'started>succeeded', 'started>failed', agent === 'codex' ? 'started>succeeded' : 'succeeded'];
+  report(agent, sc, '5 calls recorded start to end (the read as one record where it is a read-only tool)',
+    cs.length === 5 && cs.every((c, i) => c.statuses.join('>') === want[i]), describeLedger(records));
   return { d, res, names };
 }
 
 // ---------------------------------------------------------------- overhead
 function median(xs) { const s = [...xs].sort((a, b) => a - b); return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN; }
+// The settings file ckpt wrote with every hook command replaced by `true`:
+// the client still spawns one hook process per event (and, for Codex, the
+// trust entries are computed from this file, so it runs them), but the hook
+// does nothing. Separates the client's own cost of running hooks from ckpt's.
+function noopSettings(agent) {
+  return (ws) => {
+    const f = settingsFile(agent, ws);
+    const doc = JSON.parse(fs.readFileSync(f, 'utf8'));
+    let n = 0;
+    for (const groups of Object.values(doc.hooks || {})) {
+      for (const g of groups) for (const h of g.hooks || []) { if (h.type === 'command' || h.command) { h.command = 'true'; n++; } }
+    }
+    if (n === 0) throw new Error(`no hook command in ${f}`);
+    fs.writeFileSync(f, JSON.stringify(doc, null, 2) + '\n');
+  };
+}
+const OVERHEAD_MODES = ['with', 'noop', 'without'];
 function overhead(agent, n) {
   const sc = 'overhead';
-  const C = CLIENTS[agent];
   const turns = [
     [{ op: 'edit', path: 'src/lib.rs', old: LIB_OLD, new: LIB_NEW }],
     [{ op: 'write', path: 'NOTES.md', content: 'agent notes\n' }],
     [{ op: 'shell', cmd: CARGO_SHELL }],
     [{ op: 'read', path: 'Cargo.toml' }],
   ];
-  const times = { with: [], without: [] };
+  // with: ckpt's hooks; noop: the same settings file, every command `true`;
+  // without: the settings file removed.
+  const times = { with: [], noop: [], without: [] };
   // Besides the client's wall time, the time from its first model request to
   // its last: the tool calls and their hooks, without start-up and shutdown
   // (much less noisy).
-  const tools = { with: [], without: [] };
-  for (const mode of ['with', 'without']) {
-    const d = makeWorkspace(agent, `${sc}-${mode}`, mode === 'without' ? (ws) => fs.rmSync(settingsFile(agent, ws)) : null);
-    for (let i = 0; i < n; i++) {
+  const tools = { with: [], noop: [], without: [] };
+  const edits = {
+    with: null,
+    noop: noopSettings(agent),
+    without: (ws) => fs.rmSync(settingsFile(agent, ws)),
+  };
+  const ws = {};
+  for (const mode of OVERHEAD_MODES) ws[mode] = makeWorkspace(agent, `${sc}-${mode}`, edits[mode]);
+  // The modes interleaved run by run, so that a change in the machine's load
+  // during the measurement falls on all three alike.
+  const failures = [];
+  for (let i = 0; i < n; i++) {
+    for (const mode of OVERHEAD_MODES) {
+      const d = ws[mode];
       git(d.ws, 'checkout', '-q', '--', '.');
       git(d.ws, 'clean', '-qfd', '-e', '.agent-runtime');
       const res = runClient(agent, d, {}, { prompt: `ckpt-e2e overhead run ${i}`, turns });
+      const ts = (res.requests || []).filter((q) => q.kind === 'main').map((q) => q.t);
       if (res.code === 0) {
         times[mode].push(res.ms);
-        const ts = (res.requests || []).filter((q) => q.kind === 'main').map((q) => q.t);
         if (ts.length === turns.length + 1) tools[mode].push(ts[ts.length - 1] - ts[0]);
-      }
+        else failures.push(`${mode} run ${i}: ${ts.length} model requests, not ${turns.length + 1}`);
+      } else failures.push(`${mode} run ${i}: exit ${res.code}${res.error ? ' ' + res.error : ''} ${tail(res.stderr, 200)}`);
     }
   }
+  // noop must have run no ckpt at all (nothing recorded), with must have
+  // recorded the 4 calls of every run.
+  const recorded = {};
+  for (const mode of ['with', 'noop']) recorded[mode] = calls(ledger(ws[mode].ws)).length;
   const mw = median(times.with);
+  const mn = median(times.noop);
   const mo = median(times.without);
-  const calls = turns.length;
+  const calls_ = turns.length;
   const tw = median(tools.with);
+  const tn = median(tools.noop);
   const to = median(tools.without);
-  console.log(`INFO ${agent} overhead: client wall time, median of ${times.with.length} runs with ckpt's hooks ${mw} ms, of ${times.without.length} without ${mo} ms: ${((mw - mo) / calls).toFixed(0)} ms per call (${calls} calls a run) ${JSON.stringify(times)}`);
-  console.log(`INFO ${agent} overhead: first to last model request (the calls and their hooks), median with ${tw} ms, without ${to} ms: ${((tw - to) / calls).toFixed(0)} ms per call ${JSON.stringify(tools)}`);
-  return { mw, mo, perCall: (mw - mo) / calls, times, tools, perCallTools: (tw - to) / calls };
+  const per = (a, b) => ((a - b) / calls_).toFixed(0);
+  console.log(`INFO ${agent} overhead: client wall time, median of ${times.with.length} runs with ckpt's hooks ${mw} ms, of ${times.without.length} without ${mo} ms: ${per(mw, mo)} ms per call (${calls_} calls a run) ${JSON.stringify(times)}`);
+  console.log(`INFO ${agent} overhead: first to last model request (the calls and their hooks), median with ${tw} ms, without ${to} ms: ${per(tw, to)} ms per call ${JSON.stringify(tools)}`);
+  console.log(`INFO ${agent} overhead: noop hooks (ckpt's settings file, every command \`true\`), median of ${times.noop.length} runs: client wall time ${mn} ms, first to last model request ${tn} ms`);
+  console.log(`INFO ${agent} overhead: first to last model request, median ckpt ${tw} / noop ${tn} / none ${to} ms; per call (${calls_} calls): ckpt - none ${per(tw, to)} ms, noop - none ${per(tn, to)} ms (the client running hooks), ckpt - noop ${per(tw, tn)} ms (ckpt itself); wall time per call: ckpt - none ${per(mw, mo)}, noop - none ${per(mn, mo)}, ckpt - noop ${per(mw, mn)} ms`);
+  console.log(`INFO ${agent} overhead: calls recorded in the ledger: with ${recorded.with} (${calls_} x ${times.with.length} runs expected), noop ${recorded.noop} (0 expected)${failures.length ? `; runs left out: ${failures.join('; ')}` : ''}`);
+  return {
+    mw, mn, mo, perCall: (mw - mo) / calls_, times, tools, perCallTools: (tw - to) / calls_,
+    tw, tn, to, calls: calls_, perCallNoopTools: (tn - to) / calls_, perCallCkptOverNoopTools: (tw - tn) / calls_, recorded, failures,
+  };
+}
+function overheadTable(ov) {
+  const rows = Object.entries(ov).filter(([, o]) => o && o.calls);
+  if (!rows.length) return;
+  const f = (x) => (Number.isFinite(x) ? x.toFixed(0) : 'n/a');
+  console.log('\noverhead, first to last model request, medians (ms; per call = difference / calls a run):');
+  console.log('client  runs  ckpt   noop   none   ckpt-none/call  noop-none/call  ckpt-noop/call');
+  for (const [agent, o] of rows) {
+    const r = `${o.tools.with.length}/${o.tools.noop.length}/${o.tools.without.length}`;
+    console.log(`${agent.padEnd(7)} ${r.padEnd(5)} ${f(o.tw).padStart(5)}  ${f(o.tn).padStart(5)}  ${f(o.to).padStart(5)}  ${f(o.perCallTools).padStart(14)}  ${f(o.perCallNoopTools).padStart(14)}  ${f(o.perCallCkptOverNoopTools).padStart(14)}`);
+  }
 }
 
 // ---------------------------------------------------------------- main
@@ -1212,6 +1269,7 @@ for (const agent of opt.agents) {
     try { summary.overhead[agent] = overhead(agent, opt.overhead); } catch (e) { console.log(`INFO ${agent} overhead failed: ${e}`); }
   }
 }
+if (opt.overhead > 0) overheadTable(summary.overhead);
 const failed = results.filter((r) => !r.pass);
 if (failed.length) {
   console.log('\nFAILED:');
