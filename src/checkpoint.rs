@@ -104,6 +104,21 @@ pub fn write(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, CheckpointEr
     Ok(format!("{CHECKPOINTS_DIR}/{name}"))
 }
 
+/// Writes a checkpoint file over an existing one (`ckpt repair`
+/// re-anchoring it), durably.
+pub fn rewrite(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, CheckpointError> {
+    let mut f = file.clone();
+    f.checksum = Some(body_checksum(&f).map_err(|e| io_error("serialise", &f.checkpoint, e))?);
+    let mut bytes =
+        serde_json::to_vec_pretty(&f).map_err(|e| io_error("serialise", &f.checkpoint, e))?;
+    bytes.push(b'\n');
+    let dir = open_dir(rt).map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
+    let name = file_name(&f.checkpoint);
+    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false)
+        .map_err(|e| io_error("write", &name, e))?;
+    Ok(format!("{CHECKPOINTS_DIR}/{name}"))
+}
+
 fn io_error(op: &'static str, what: &str, e: impl Into<io::Error>) -> CheckpointError {
     CheckpointError::Io(FsError::new(
         op,

@@ -174,54 +174,7 @@ fn checked_records(ws: &Workspace) -> Result<Vec<Record>, WorkspaceError> {
     // it may never name more than the ledger holds.
     let head = crate::ledger::read_head(rt.as_fd());
     let read = ws.read_ledger()?;
-    if let Some(c) = &read.corruption {
-        return Err(WorkspaceError::Refused(format!(
-            "the ledger is damaged at seq {} ({}); run `ckpt verify` — ckpt runs no compensation from a damaged history",
-            c.seq, c.problem
-        )));
-    }
-    let hash_at = |seq: u64| -> Option<&str> {
-        let i = usize::try_from(seq).ok()?.checked_sub(1)?;
-        read.records
-            .get(i)
-            .filter(|r| r.seq == seq)
-            .map(|r| r.hash.as_str())
-    };
-    let cut = |seq: u64, what: &str| {
-        WorkspaceError::Refused(format!(
-            "ledger_truncated: {what} names seq {seq} but the ledger ends at seq {}; run `ckpt verify` — ckpt runs no compensation from a cut-back history",
-            read.tail.seq
-        ))
-    };
-    let rewritten = |seq: u64, what: &str| {
-        WorkspaceError::Refused(format!(
-            "the record at seq {seq} is not the one {what} anchors (its hash differs); run `ckpt verify` — ckpt runs no compensation from a rewritten history"
-        ))
-    };
-    if let Some(h) = head
-        && h.seq > 0
-    {
-        if h.seq > read.tail.seq {
-            return Err(cut(h.seq, "ledger.head"));
-        }
-        if h.hash.as_deref() != hash_at(h.seq) {
-            return Err(rewritten(h.seq, "ledger.head"));
-        }
-    }
-    // The newest checkpoint file (ids sort by time) covers the most records.
-    if let Some(id) = crate::checkpoint::list_files(rt)
-        .ok()
-        .and_then(|v| v.last().cloned())
-        && let Ok(f) = ws.checkpoint_file(&id)
-        && f.upto_seq > 0
-    {
-        if f.upto_seq > read.tail.seq {
-            return Err(cut(f.upto_seq, &format!("checkpoint {id}")));
-        }
-        if f.upto_hash.is_some() && f.upto_hash.as_deref() != hash_at(f.upto_seq) {
-            return Err(rewritten(f.upto_seq, &format!("checkpoint {id}")));
-        }
-    }
+    ws.refuse_damaged(&read, head, "ckpt runs no compensation", None)?;
     Ok(read.records)
 }
 

@@ -158,6 +158,7 @@ pub fn resolve(
             named: 0,
             git: None,
             closed: Vec::new(),
+            lost: Vec::new(),
             merged: Default::default(),
         };
         // The conflict's new state goes into the same append as the action's

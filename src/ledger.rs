@@ -540,7 +540,18 @@ impl Ledger {
     }
 
     /// Takes the writer lock, validates the tail and repairs a torn last record.
+    /// Refuses ([`LedgerError::Damaged`]) a ledger known or found damaged.
     pub fn lock(&self) -> Result<LedgerLock<'_>, LedgerError> {
+        self.lock_with(true)
+    }
+
+    /// The writer lock for `ckpt repair`: taken whatever state the ledger
+    /// is in (no damage check, no tail repair); its tail is unknown.
+    pub fn lock_for_repair(&self) -> Result<LedgerLock<'_>, LedgerError> {
+        self.lock_with(false)
+    }
+
+    fn lock_with(&self, check: bool) -> Result<LedgerLock<'_>, LedgerError> {
         // Content this process wrote for the records to come is made durable
         // before them (and outside the lock, so other writers do not wait on it).
         fs_util::flush_queued()
@@ -608,6 +619,14 @@ impl Ledger {
                 .map_err(|e| io_err("chmod", e))?;
             fs_util::fsync_dir_now(self.rt.as_fd())
                 .map_err(|e| io_err("sync the directory of", e))?;
+        }
+        if !check {
+            return Ok(LedgerLock {
+                ledger: self,
+                _lock: lock,
+                file,
+                tail: Tail::default(),
+            });
         }
         if let Some(why) = damaged_mark(self.rt.as_fd()) {
             return Err(LedgerError::Damaged(why));
@@ -1293,9 +1312,157 @@ impl<'a> LedgerLock<'a> {
         self.append(&[Draft::new(Body::Repair(Repair {
             dropped_bytes: torn.bytes,
             backup: backup.clone(),
+            ..Repair::default()
         }))])?;
         Ok(())
     }
+
+    /// `ckpt repair`, for a ledger it leaves as it is: its last record.
+    pub fn set_tail(&mut self, tail: Tail) {
+        self.tail = tail;
+    }
+
+    /// `ckpt repair`: replaces the whole ledger with `bytes` (a temporary
+    /// file, synced, renamed over it, the directory synced), whose last
+    /// record is `tail`, and moves the head anchor there.
+    pub fn replace_all(&mut self, bytes: &[u8], tail: Tail) -> Result<(), LedgerError> {
+        let rt = self.ledger.rt.as_fd();
+        let tmp = format!("{LEDGER_FILE}.repair-tmp");
+        let _ = rustix::fs::unlinkat(rt, tmp.as_str(), rustix::fs::AtFlags::empty());
+        let mut f = fs_util::create_excl(rt, tmp.as_ref(), 0o600)
+            .map_err(|e| io_err("create the repaired copy of", e))?;
+        f.write_all(bytes)
+            .map_err(|e| io_err("write the repaired copy of", e))?;
+        fs_util::sync_data_now(&f).map_err(|e| io_err("sync the repaired copy of", e))?;
+        drop(f);
+        failpoint::hit("ledger.repair.before_rename").map_err(|e| io_err("repair", e))?;
+        rustix::fs::renameat(rt, tmp.as_str(), rt, LEDGER_FILE)
+            .map_err(|e| io_err("replace", e))?;
+        fs_util::fsync_dir_now(rt).map_err(|e| io_err("sync the directory of", e))?;
+        let fd = rustix::fs::openat(
+            rt,
+            LEDGER_FILE,
+            OFlags::RDWR | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("open", e))?;
+        self.file = File::from(fd);
+        self.tail = tail;
+        write_head(rt, &self.tail);
+        Ok(())
+    }
+}
+
+/// The ledger `ckpt repair` writes in place of a damaged one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// The new ledger's bytes.
+    pub bytes: Vec<u8>,
+    /// Its last record.
+    pub tail: Tail,
+    /// Whether it differs from the old one.
+    pub changed: bool,
+    /// Records kept (byte for byte, or rewritten to chain on).
+    pub kept: u64,
+    /// Seqs whose records are lost: a `repair` record stands in for each.
+    pub lost: Vec<u64>,
+    /// Bytes of the old ledger that are in no kept record (damaged lines,
+    /// duplicates, a torn end): in the copy set aside.
+    pub set_aside: u64,
+    /// The first seq whose line was rewritten.
+    pub rechained_from: Option<u64>,
+    /// Every record's hash in the new ledger, by seq.
+    pub hashes: std::collections::BTreeMap<u64, String>,
+}
+
+/// Rebuilds a ledger from the bytes of a damaged one: every record that is
+/// whole on its own (its hash matches its content) is kept, in seq order,
+/// once; each seq with no such record, and each seq `head` says was written
+/// past the last one, gets a `repair` record standing for it (`lost`, naming
+/// `backup`, where the old bytes are kept); from the first change on every
+/// record is written again with the `prev` of the new chain (content and
+/// `ts` as they were). Deterministic: the same bytes give the same ledger.
+pub fn rebuild(bytes: &[u8], head: Option<&Head>, backup: &str) -> Result<Rebuilt, LedgerError> {
+    let mut out = Rebuilt::default();
+    let mut prev: Option<String> = None;
+    let mut last_ts = String::from("1970-01-01T00:00:00.000Z");
+    let mut next = 1u64;
+    let stand_in = |out: &mut Rebuilt,
+                    seq: u64,
+                    prev: &mut Option<String>,
+                    ts: &str|
+     -> Result<(), LedgerError> {
+        let draft = Draft::new(Body::Repair(Repair {
+            backup: backup.to_string(),
+            lost: vec![seq],
+            ..Repair::default()
+        }));
+        let (line, hash) = build_line(seq, ts, prev.as_deref(), &draft)?;
+        out.bytes.extend_from_slice(&line);
+        out.lost.push(seq);
+        out.hashes.insert(seq, hash.clone());
+        out.rechained_from.get_or_insert(seq);
+        out.changed = true;
+        *prev = Some(hash);
+        Ok(())
+    };
+    for raw in bytes.split_inclusive(|&b| b == b'\n') {
+        let Some(line) = raw.strip_suffix(b"\n") else {
+            out.set_aside += raw.len() as u64;
+            out.changed = true;
+            continue;
+        };
+        let record = check_line(line)
+            .ok()
+            .and_then(|c| to_record(line, &c).ok().map(|r| (c, r)));
+        let Some((check, record)) = record else {
+            out.set_aside += raw.len() as u64;
+            out.changed = true;
+            continue;
+        };
+        let seq = check.seq();
+        if seq < next {
+            // A duplicate or a record out of its place: one is kept.
+            out.set_aside += raw.len() as u64;
+            out.changed = true;
+            continue;
+        }
+        while next < seq {
+            stand_in(&mut out, next, &mut prev, &last_ts)?;
+            next += 1;
+        }
+        if out.rechained_from.is_none() && check.prev() == prev.as_deref() {
+            out.bytes.extend_from_slice(raw);
+            out.hashes.insert(seq, check.hash().to_string());
+            prev = Some(check.hash().to_string());
+        } else {
+            let draft = Draft {
+                session: record.session.clone(),
+                body: record.body,
+            };
+            let (line, hash) = build_line(seq, &record.ts, prev.as_deref(), &draft)?;
+            out.bytes.extend_from_slice(&line);
+            out.hashes.insert(seq, hash.clone());
+            out.rechained_from.get_or_insert(seq);
+            out.changed = true;
+            prev = Some(hash);
+        }
+        last_ts = record.ts;
+        out.kept += 1;
+        next += 1;
+    }
+    if let Some(h) = head {
+        while next <= h.seq {
+            stand_in(&mut out, next, &mut prev, &last_ts)?;
+            next += 1;
+        }
+    }
+    out.tail = Tail {
+        seq: next - 1,
+        hash: prev,
+        end: out.bytes.len() as u64,
+    };
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ pub mod procs;
 pub mod record;
 pub mod recover;
 pub mod redact;
+pub mod repair;
 pub mod rollback;
 pub mod scan;
 pub mod session;

@@ -596,13 +596,32 @@ pub struct ConflictRecord {
     pub resolved_by: Option<String>,
 }
 
-/// `repair`: a torn tail was backed up and cut off before this record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `repair`: a torn tail was backed up and cut off before this record; or
+/// (`ckpt repair`) the record that stands for a lost one (`lost` names its
+/// seq), or the summary of a whole repair.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repair {
-    /// How many bytes were cut.
+    /// How many bytes were cut (or, `ckpt repair`, set aside).
     pub dropped_bytes: u64,
     /// The backup file (in `.agent-runtime/`) holding the whole ledger before the cut.
     pub backup: String,
+    /// `ckpt repair`: the seqs whose records were lost (damaged, or cut off
+    /// the end); each has a `repair` record standing in for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<u64>,
+    /// `ckpt repair`: the first seq whose record was rewritten to chain on
+    /// (its content kept, its `prev` and `hash` new).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rechained_from: Option<u64>,
+    /// `ckpt repair`: checkpoints re-anchored to the rewritten records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<String>,
+    /// `ckpt repair`: damaged blobs moved aside (`damaged/blobs/`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blobs: Vec<String>,
+    /// `ckpt repair`: the damage that was found (what `verify` said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// Returns the git-style mode string for a regular file's permission bits.

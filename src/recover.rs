@@ -153,6 +153,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     // Taking the ledger lock repairs a torn tail (backed up first).
     let started_at = ws.clock().now_rfc3339();
     drop(ws.ledger().lock()?);
+    let head = crate::ledger::read_head(ws.runtime_dir().as_fd());
     let read = ws.read_ledger()?;
     // A repair record appended just now says how many torn bytes were cut.
     let torn_bytes = match read.records.last() {
@@ -162,12 +163,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
         },
         _ => 0,
     };
-    if let Some(c) = &read.corruption {
-        return Err(WorkspaceError::Refused(format!(
-            "the ledger is damaged at seq {} ({}); run `ckpt verify` — recovery will not act on a damaged history",
-            c.seq, c.problem
-        )));
-    }
+    ws.refuse_damaged(&read, head, "recovery will not act", None)?;
     let records = read.records;
 
     // Actions first: a rollback cut short is finished from its plan.

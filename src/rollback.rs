@@ -76,6 +76,14 @@ pub enum Selector {
 }
 
 impl Selector {
+    /// The checkpoint a `--to` names.
+    fn checkpoint(&self) -> Option<&str> {
+        match self {
+            Selector::To(c) => Some(c),
+            _ => None,
+        }
+    }
+
     fn target(&self, r: &RollbackReport) -> Value {
         match self {
             Selector::To(c) => json!({"to": c}),
@@ -216,6 +224,9 @@ pub struct RollbackReport {
     /// shell call changed became its patches, so the rollback covers it);
     /// on a dry run, those a real run would close (`how`: `pending`).
     pub closed: Vec<crate::hook::ClosedCall>,
+    /// Seqs whose records were lost to damage (`ckpt repair` stood records
+    /// in for them): changes they recorded cannot be taken back.
+    pub lost: Vec<u64>,
     /// Contents the plan computed (merges), by path.
     pub(crate) merged: HashMap<RelPath, Rc<Vec<u8>>>,
 }
@@ -278,8 +289,7 @@ pub fn rollback(
     opts: &RollbackOptions,
 ) -> Result<RollbackReport, WorkspaceError> {
     if opts.dry_run {
-        let read = ws.read_ledger()?;
-        refuse_damaged(&read)?;
+        let read = read_whole(ws, opts.selector.checkpoint())?;
         let id = ws.clock().new_id("act_");
         let mut report = plan(ws, cfg, &read.records, opts, id)?;
         report.closed = pending_closes(ws);
@@ -305,15 +315,14 @@ pub(crate) fn rollback_locked(
     } else {
         // Closing appends records: never to a history that cannot be read
         // whole.
-        refuse_damaged(&ws.read_ledger()?)?;
+        read_whole(ws, None)?;
         crate::hook::close_open_calls(ws, cfg, gone).map_err(|e| match e {
             crate::hook::HookError::Record(e) => e,
             e => WorkspaceError::Refused(e.to_string()),
         })?
     };
     crate::hook::flush_user_edits(ws, None)?;
-    let read = ws.read_ledger()?;
-    refuse_damaged(&read)?;
+    let read = read_whole(ws, opts.selector.checkpoint())?;
     let id = ws.clock().new_id("act_");
     let mut report = plan(ws, cfg, &read.records, opts, id)?;
     report.closed = closed;
@@ -371,14 +380,14 @@ fn git_moved(
     (moved.head.is_some() || !moved.staged.is_empty()).then_some((id, moved))
 }
 
-fn refuse_damaged(read: &crate::LedgerRead) -> Result<(), WorkspaceError> {
-    if let Some(c) = &read.corruption {
-        return Err(WorkspaceError::Refused(format!(
-            "the ledger is damaged at seq {} ({}); run `ckpt verify` — ckpt will not act on a damaged history",
-            c.seq, c.problem
-        )));
-    }
-    Ok(())
+/// The whole ledger, refused if damaged at any anchor `verify` checks
+/// (and at checkpoint `also`'s).
+fn read_whole(ws: &Workspace, also: Option<&str>) -> Result<crate::LedgerRead, WorkspaceError> {
+    // The head anchor is written after each append: read it first.
+    let head = crate::ledger::read_head(ws.runtime_dir().as_fd());
+    let read = ws.read_ledger()?;
+    ws.refuse_damaged(&read, head, "ckpt will not act", also)?;
+    Ok(read)
 }
 
 // ---------------------------------------------------------------- selection
@@ -1674,6 +1683,14 @@ fn plan(
         named: sel.touched.iter().filter(|p| keep(p)).count(),
         git: None,
         closed: Vec::new(),
+        lost: records
+            .iter()
+            .filter_map(|r| match &r.body {
+                Body::Repair(rp) if rp.rechained_from.is_none() => Some(rp.lost.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect(),
         merged: pl
             .cur
             .iter()
@@ -2323,8 +2340,7 @@ fn finish_interrupted_locked(ws: &Workspace) -> Result<Option<Finished>, Workspa
         return Ok(None);
     };
     let action = marker.action;
-    let read = ws.read_ledger()?;
-    refuse_damaged(&read)?;
+    let read = read_whole(ws, None)?;
     let done = finish_action_locked(ws, &read.records, &action)?;
     if done.is_none() {
         // Never started (crash before the plan's append: its temp files may

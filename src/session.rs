@@ -74,16 +74,6 @@ pub fn validate_session(session: &str) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
-fn refuse_damaged(read: &LedgerRead) -> Result<(), WorkspaceError> {
-    if let Some(c) = &read.corruption {
-        return Err(refused(format!(
-            "the ledger is damaged at seq {} ({}); run `ckpt verify` — ckpt will not act on a damaged history",
-            c.seq, c.problem
-        )));
-    }
-    Ok(())
-}
-
 /// The session's entries in ledger order, with their records.
 fn entries_of<'r>(records: &'r [Record], session: &str) -> Vec<(&'r Record, &'r SessionEntry)> {
     records
@@ -240,6 +230,7 @@ pub fn branches(records: &[Record], session: &str) -> Vec<Leaf> {
 /// current under it (read first without the lock, so writers wait only for a
 /// re-read when something was appended in between).
 fn read_locked(ws: &Workspace) -> Result<(LedgerLock<'_>, LedgerRead), WorkspaceError> {
+    let head = crate::ledger::read_head(std::os::fd::AsFd::as_fd(&**ws.runtime_dir()));
     let read = ws.read_ledger()?;
     let lock = ws.ledger().lock()?;
     let read = if lock.tail().seq == read.tail.seq && lock.tail().hash == read.tail.hash {
@@ -247,7 +238,7 @@ fn read_locked(ws: &Workspace) -> Result<(LedgerLock<'_>, LedgerRead), Workspace
     } else {
         ws.read_ledger()?
     };
-    refuse_damaged(&read)?;
+    ws.refuse_damaged(&read, head, "ckpt will not act", None)?;
     Ok((lock, read))
 }
 
@@ -488,8 +479,10 @@ pub fn restore_session(
     let session = opts.session.as_str();
     validate_session(session)?;
     let lock = ActionLock::take(ws)?;
+    let head = crate::ledger::read_head(std::os::fd::AsFd::as_fd(&**ws.runtime_dir()));
     let read = ws.read_ledger()?;
-    refuse_damaged(&read)?;
+    let to = (opts.to.starts_with("ckpt_")).then_some(opts.to.as_str());
+    ws.refuse_damaged(&read, head, "ckpt will not act", to)?;
     let records = &read.records;
     let entries = entries_of(records, session);
     let is_entry = |id: &str| entries.iter().any(|(_, e)| e.entry == id);

@@ -54,6 +54,85 @@ fn valid_artifact_id(id: &str) -> bool {
 }
 
 impl Workspace {
+    /// Refuses to act (`acting`: "ckpt runs no compensation", …) on a
+    /// history `verify` would reject at its anchors: a damaged record, a
+    /// head anchor the ledger does not reach or agree with, and the newest
+    /// checkpoint file's anchor (a record rewritten before it, and every
+    /// later hash recomputed, changes the hash it names) and `also`'s.
+    /// `head` is read before `read` was (it may lag the ledger, never lead).
+    pub fn refuse_damaged(
+        &self,
+        read: &crate::LedgerRead,
+        head: Option<crate::ledger::Head>,
+        acting: &str,
+        also: Option<&str>,
+    ) -> Result<(), WorkspaceError> {
+        let refuse = |why: String| {
+            // Writers stop too, until `ckpt repair`.
+            crate::ledger::mark_damaged(self.runtime_dir().as_fd(), &why);
+            WorkspaceError::Refused(format!(
+                "{why}; run `ckpt verify`, then `ckpt repair` — {acting} from a damaged history"
+            ))
+        };
+        if let Some(c) = &read.corruption {
+            return Err(refuse(format!(
+                "the ledger is damaged at seq {} ({})",
+                c.seq, c.problem
+            )));
+        }
+        let rt = self.runtime_dir();
+        if crate::ledger::head_state(rt.as_fd()) == crate::ledger::HeadState::Absent
+            && read.tail.seq > 0
+        {
+            return Err(refuse("`ledger.head` is missing".into()));
+        }
+        let hash_at = |seq: u64| -> Option<&str> {
+            let i = usize::try_from(seq).ok()?.checked_sub(1)?;
+            read.records
+                .get(i)
+                .filter(|r| r.seq == seq)
+                .map(|r| r.hash.as_str())
+        };
+        let cut = |seq: u64, what: &str| {
+            refuse(format!(
+                "ledger_truncated: {what} names seq {seq} but the ledger ends at seq {}",
+                read.tail.seq
+            ))
+        };
+        let rewritten = |seq: u64, what: &str| {
+            refuse(format!(
+                "the record at seq {seq} is not the one {what} anchors (its hash differs)"
+            ))
+        };
+        if let Some(h) = head
+            && h.seq > 0
+        {
+            if h.seq > read.tail.seq {
+                return Err(cut(h.seq, "ledger.head"));
+            }
+            if h.hash.as_deref() != hash_at(h.seq) {
+                return Err(rewritten(h.seq, "ledger.head"));
+            }
+        }
+        // The newest checkpoint file (ids sort by time) covers the most records.
+        let newest = checkpoint::list_files(rt)
+            .ok()
+            .and_then(|v| v.last().cloned());
+        for id in newest.iter().map(String::as_str).chain(also) {
+            if let Ok(f) = self.checkpoint_file(id)
+                && f.upto_seq > 0
+            {
+                if f.upto_seq > read.tail.seq {
+                    return Err(cut(f.upto_seq, &format!("checkpoint {id}")));
+                }
+                if f.upto_hash.is_some() && f.upto_hash.as_deref() != hash_at(f.upto_seq) {
+                    return Err(rewritten(f.upto_seq, &format!("checkpoint {id}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks everything `verify` checks. Damage is reported, never repaired.
     pub fn verify(&self) -> Result<VerifyReport, WorkspaceError> {
         let mut problems = Vec::new();

@@ -214,6 +214,72 @@ fn records_cut_off_stay_detected_after_later_writes() {
         let r = env.ckpt(&["rollback", "--last", "1"]);
         assert_ne!(r.code, 0, "{cut}: rollback acted on a shortened history");
         let st = env.ckpt(&["status"]);
-        assert!(st.stderr.contains("partial history"), "{cut}: {}", st.stderr);
+        assert!(
+            st.stderr.contains("partial history"),
+            "{cut}: {}",
+            st.stderr
+        );
     }
+}
+
+/// Issue 21 item 5: a middle record changed and every later hash
+/// recomputed (`ledger.head` too) passes the chain check; only a checkpoint's
+/// anchor tells. Before, `verify` said so and `rollback --to` wrote files.
+#[test]
+fn every_action_refuses_a_re_forged_chain() {
+    let env = TestEnv::new();
+    crate::common::git(&env, &["init", "-q"]);
+    assert_eq!(env.ckpt(&["init"]).code, 0);
+    let ck = |env: &TestEnv| env.ckpt(&["checkpoint"]).stdout.trim().to_string();
+    let c0 = ck(&env);
+    for i in 0..3 {
+        let f = env.ws.join(format!("f{i}.txt"));
+        let p = |ev: &str| {
+            serde_json::json!({"session_id": "s", "tool_use_id": format!("w{i}"), "cwd": env.ws,
+                "hook_event_name": ev, "tool_name": "Write",
+                "tool_input": {"file_path": f, "content": "x\n"}, "tool_response": {}})
+            .to_string()
+        };
+        assert_eq!(
+            crate::hooks::hook(&env, "pre", p("PreToolUse").as_bytes(), &[]).code,
+            0
+        );
+        std::fs::write(&f, "x\n").unwrap();
+        assert_eq!(
+            crate::hooks::hook(&env, "post", p("PostToolUse").as_bytes(), &[]).code,
+            0
+        );
+    }
+    let _c1 = ck(&env);
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    // The forger drops record 3 and re-chains everything after it.
+    let mut ls = lines(&full);
+    ls.remove(2);
+    let forged = ckpt::ledger::rebuild(&ls.concat(), None, "x").unwrap();
+    std::fs::write(env.ledger_path(), &forged.bytes).unwrap();
+    let mut head = serde_json::to_vec(&serde_json::json!({
+        "seq": forged.tail.seq, "hash": forged.tail.hash}))
+    .unwrap();
+    head.resize(127, b' ');
+    head.push(b'\n');
+    std::fs::write(env.rt().join("ledger.head"), &head).unwrap();
+    let before = crate::common::tree(&env.ws, &[".git", ".agent-runtime"]);
+    for args in [
+        &["rollback", "--to", c0.as_str()][..],
+        &["rollback", "--last", "1"],
+        &["recover"],
+    ] {
+        let r = env.ckpt(args);
+        assert!(
+            r.code != 0 && r.stderr.contains("anchors"),
+            "{args:?} acted on a re-forged chain: {} {}",
+            r.code,
+            r.stderr
+        );
+    }
+    assert_eq!(
+        crate::common::tree(&env.ws, &[".git", ".agent-runtime"]),
+        before
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 4);
 }

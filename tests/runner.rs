@@ -17,6 +17,7 @@ mod ledger_torn;
 mod merge_vs_git;
 mod path_corpus;
 mod recover;
+mod repair;
 mod rollback;
 mod rollback_compose;
 mod rollback_props;

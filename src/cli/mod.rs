@@ -14,6 +14,7 @@ mod init;
 mod log;
 mod recover;
 mod render;
+mod repair;
 mod resolve;
 mod restore_session;
 mod rollback;
@@ -90,6 +91,8 @@ enum Command {
     Verify(verify::Args),
     /// For each agent: are ckpt's hooks where it reads them, will it run them, when did they fire
     Doctor(doctor::Args),
+    /// After damage: keep every intact record and blob, move damaged bytes aside, leave a ledger that verifies
+    Repair(repair::Args),
     /// Play a whole story in a scratch workspace and narrate it
     Demo(demo::Args),
     /// Record one agent hook event read from stdin (for agent settings, not by hand)
@@ -274,7 +277,7 @@ fn parse_hook_fast(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option
 /// is not a visible subcommand).
 fn one_subcommand(name: &str) -> Option<clap::Command> {
     type Augment = fn(clap::Command) -> clap::Command;
-    const ALL: [(&str, Augment); 20] = [
+    const ALL: [(&str, Augment); 21] = [
         ("init", init::Args::augment_args),
         ("checkpoint", checkpoint::Args::augment_args),
         ("log", log::Args::augment_args),
@@ -292,6 +295,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         ("recover", recover::Args::augment_args),
         ("verify", verify::Args::augment_args),
         ("doctor", doctor::Args::augment_args),
+        ("repair", repair::Args::augment_args),
         ("demo", demo::Args::augment_args),
         ("hook", hook::Args::augment_args),
         ("exec", exec::Args::augment_args),
@@ -413,6 +417,7 @@ pub fn main() -> i32 {
         Command::Recover(a) => recover::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
         Command::Doctor(a) => doctor::run(&mut ui, &ctx, a),
+        Command::Repair(a) => repair::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),
         Command::Exec(a) => exec::run(&mut ui, &ctx, a),

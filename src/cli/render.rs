@@ -138,6 +138,55 @@ pub fn describe(r: &Record) -> (&'static str, String) {
                     .unwrap_or_default()
             ),
         ),
+        Body::Repair(rp) if rp.lost.len() == 1 && rp.rechained_from.is_none() => (
+            "repair",
+            format!(
+                "stands in for seq {}, lost to damage (the old bytes: {})",
+                rp.lost[0], rp.backup
+            ),
+        ),
+        Body::Repair(rp)
+            if rp.rechained_from.is_some() || rp.why.is_some() || !rp.blobs.is_empty() =>
+        {
+            (
+                "repair",
+                format!(
+                    "ckpt repair: {} record(s) lost{}, {} bytes set aside{}{}{}{}",
+                    rp.lost.len(),
+                    if rp.lost.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " (seq {})",
+                            rp.lost
+                                .iter()
+                                .map(u64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    },
+                    rp.dropped_bytes,
+                    rp.rechained_from
+                        .map(|s| format!(", re-chained from seq {s}"))
+                        .unwrap_or_default(),
+                    if rp.checkpoints.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} checkpoint(s) re-anchored", rp.checkpoints.len())
+                    },
+                    if rp.blobs.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} damaged blob(s) moved aside", rp.blobs.len())
+                    },
+                    if rp.backup.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (old ledger: {})", rp.backup)
+                    }
+                ),
+            )
+        }
         Body::Repair(rp) => (
             "repair",
             format!(

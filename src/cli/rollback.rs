@@ -242,8 +242,23 @@ pub fn render(ui: &mut Ui, report: &RollbackReport) -> Result<(), CommandError> 
         if let Some(a) = &report.redo_of {
             doc["redo"] = json!({"action": a});
         }
+        if !report.lost.is_empty() {
+            doc["lost_records"] = json!(report.lost);
+        }
         ui.json(&doc)?;
         return Ok(());
+    }
+    if !report.lost.is_empty() {
+        super::ui::note(&format!(
+            "note: {} record(s) of this history were lost to damage (seq {}; `ckpt repair` stood records in for them): changes only they recorded are not rolled back; their bytes are in .agent-runtime/damaged/",
+            report.lost.len(),
+            report
+                .lost
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if report.files.is_empty() && report.named > 0 {
         ui.line("nothing to roll back: every change of the selection is taken out already")?;
