@@ -303,14 +303,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
             CallStatus::Failed => {
                 v.status = "failed";
                 v.replay = replay_for(ci.first, false, true);
-                check_failed(
-                    ws,
-                    &touched,
-                    ci,
-                    &mut v,
-                    &open_conflicts,
-                    &mut new_conflicts,
-                )?;
+                check_failed(ws, &touched, ci, &mut v)?;
             }
             CallStatus::Planned | CallStatus::Approved => {
                 v.status = "pending";
@@ -440,8 +433,6 @@ fn check_failed(
     touched: &HashMap<&RelPath, u64>,
     ci: &CallInfo<'_>,
     v: &mut CallVerdict,
-    open_conflicts: &[ConflictRecord],
-    new_conflicts: &mut Vec<ConflictRecord>,
 ) -> Result<(), WorkspaceError> {
     let Some(started) = ci.started else {
         return Ok(());
@@ -462,18 +453,19 @@ fn check_failed(
         if obs.state.hash == left {
             continue;
         }
-        let conflict = raise_diverged(ws, v, b, left, &obs, open_conflicts, new_conflicts)?;
-        v.status = "uncertain";
-        v.evidence = Some("diverged");
-        v.replay = "never";
-        v.needs_person = true;
+        // Every end record is written after looking at the call's files
+        // (what changed during the call became its patches), so a file
+        // that differs now was changed after the call ended, by someone
+        // else: the call is over, nothing is in doubt (issue 21 item 7:
+        // this used to reopen it, raise a conflict and exit 5 on every run).
+        v.evidence = Some("changed_since_end");
         v.files.push(FileEvidence {
             path: b.path.clone(),
-            verdict: "diverged",
+            verdict: "changed_since_end",
             before: b.hash,
             expected: left,
             current: obs.state.hash,
-            conflict: Some(conflict),
+            conflict: None,
         });
     }
     Ok(())

@@ -568,8 +568,20 @@ fn codex_hooks_are_trusted_only_with_consent_and_the_gap_is_said() {
             .starts_with("sha256:"),
         "{text}"
     );
-    // Trusted now: said, and nothing more written.
-    let r = env.ckpt_env(&["init", "--hooks", "codex"], &[("CODEX_HOME", home)]);
+    // Trusted now: said, and nothing more written (with ckpt on PATH, as
+    // installed: the hooks run a bare `ckpt` when init runs from target/).
+    let bin = env.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(crate::common::bin(), bin.join("ckpt")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let r = env.ckpt_env(
+        &["init", "--hooks", "codex"],
+        &[("CODEX_HOME", home), ("PATH", &path)],
+    );
     assert!(
         r.stdout.contains("Codex trusts this project"),
         "{}",
