@@ -126,7 +126,7 @@ pub fn last_uuid(path: &Path) -> Option<String> {
 /// Where the conversation in the transcript at `path` is: [`last_uuid`],
 /// telling a conversation that has not begun from one ckpt cannot read.
 pub fn position(path: &Path) -> Position {
-    let mut f = match File::open(path) {
+    let mut f = match crate::fs_util::open_payload_file(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Position::Empty,
         Err(_) => return Position::Unknown,
@@ -278,7 +278,7 @@ fn unknown(path: &Path, why: impl Into<String>) -> TranscriptError {
 /// Reads the transcript at `path` and cuts it at entry `last_uuid` (see the
 /// module doc). Nothing is written.
 pub fn prepare(path: &Path, last_uuid: &str) -> Result<Prepared, TranscriptError> {
-    let f = File::open(path).map_err(io_err("open", path))?;
+    let f = crate::fs_util::open_payload_file(path).map_err(io_err("open", path))?;
     let len = f.metadata().map_err(io_err("stat", path))?.len();
     if len > MAX_TRANSCRIPT {
         return Err(unknown(

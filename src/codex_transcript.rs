@@ -12,7 +12,6 @@
 //! [`TAIL`] bytes.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -37,15 +36,8 @@ pub fn shell_exit_code(transcript: &Path, call: &str) -> Option<i64> {
 }
 
 fn find(transcript: &Path, call: &str) -> Option<i64> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(transcript)
-        .ok()?;
+    let mut f = crate::fs_util::open_payload_file(transcript).ok()?;
     let meta = f.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
     let start = meta.len().saturating_sub(TAIL);
     f.seek(SeekFrom::Start(start)).ok()?;
     let mut buf = Vec::new();

@@ -1209,6 +1209,25 @@ pub fn open_regular_at_sized(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(F
     Ok((File::from(fd), st.st_size as u64))
 }
 
+/// Opens `path` (from a payload: hostile) for reading only if it is a
+/// regular file: without following a final symlink and without blocking
+/// (opening a FIFO would wait for a writer, forever). Anything else is
+/// `InvalidInput`.
+pub fn open_payload_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

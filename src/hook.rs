@@ -653,11 +653,19 @@ fn post_with(
         }
     };
     // Targets named only by the post payload (or a post without a pre).
+    let mut unknown_before = Vec::new();
     if ev.capture == Capture::Declared {
         for (rel, _) in resolve_targets(ws, ev)? {
             if !before.iter().any(|(p, _)| *p == rel) {
-                let reconstructed = reconstruct_before(ws, ev, &rel)?;
-                before.push((rel, reconstructed));
+                match reconstruct_before(ws, ev, &rel)? {
+                    Some(b) => before.push((rel, b)),
+                    None => {
+                        warnings.push(format!(
+                            "`{rel}` was changed by a call ckpt saw no pre hook for, and what it held before is unknown: not recorded, and a rollback will not touch it"
+                        ));
+                        unknown_before.push(rel);
+                    }
+                }
             }
         }
     }
@@ -719,7 +727,14 @@ fn post_with(
         }
     }
     // Calls that name no file: compare the workspace with the call's pre snapshot.
-    let mut unrecorded = Vec::new();
+    let mut unrecorded: Vec<crate::record::Unrecorded> = unknown_before
+        .into_iter()
+        .map(|path| crate::record::Unrecorded {
+            path,
+            reason: "before_unknown".into(),
+            size: None,
+        })
+        .collect();
     let mut batch_guard: Option<BatchDurability<'_>> = None;
     // The scan's new snapshot, saved while the patches are made.
     let mut saving = crate::scan::Saving::default();
@@ -753,7 +768,7 @@ fn post_with(
                         }
                     ));
                 }
-                unrecorded = unknown;
+                unrecorded.extend(unknown);
                 // A change another call already recorded exactly (an edit tool
                 // that ran during this call's window) is that call's, not ours.
                 // (Its write must fall inside our window: what we saw before the
@@ -921,41 +936,44 @@ fn reconstruct_before(
     ws: &Workspace,
     ev: &HookEvent,
     rel: &RelPath,
-) -> Result<FileState, WorkspaceError> {
+) -> Result<Option<FileState>, WorkspaceError> {
     let mode = match ws.files().entry(rel) {
         Ok(EntryKind::File { mode, .. }) => mode & 0o777,
         _ => 0o644,
     };
-    match &ev.original_file {
-        Some(OriginalFile::Absent) => return Ok(FileState::Absent),
-        Some(OriginalFile::Text(t)) if original_is_consistent(ws, ev, rel, t) => {
-            return Ok(FileState::File {
-                hash: ws.blobs().put_bytes(t.as_bytes())?,
-                mode,
-            });
-        }
-        _ => {}
+    // The agent's word that the file held these bytes, if the tool input
+    // turns them into what is on disk. (Its `originalFile: null`, "there
+    // was no file", is not taken on trust with no pre to confirm it: a
+    // rollback would delete the file, issue 21 item 9.)
+    if let Some(OriginalFile::Text(t)) = &ev.original_file
+        && original_is_consistent(ws, ev, rel, t)
+    {
+        return Ok(Some(FileState::File {
+            hash: ws.blobs().put_bytes(t.as_bytes())?,
+            mode,
+        }));
     }
     if let (Some(exp), Ok(now)) = (expected_for(ev, ws, rel), ws.files().read(rel))
         && let Ok(now) = String::from_utf8(now)
         && let Some(prev) = capture::reverse_expected(&now, exp)
     {
-        return Ok(FileState::File {
+        return Ok(Some(FileState::File {
             hash: ws.blobs().put_bytes(prev.as_bytes())?,
             mode,
-        });
+        }));
     }
     let dir = state_dir(ws)?;
     let reg = agent_files::load(ws, &dir);
     if let Some(af) = reg.get(rel)
         && let Some(h) = af.hash
     {
-        return Ok(FileState::File {
+        return Ok(Some(FileState::File {
             hash: h,
             mode: af.mode.unwrap_or(mode),
-        });
+        }));
     }
-    Ok(FileState::Absent)
+    // Nothing tells what it held: ckpt does not claim to know.
+    Ok(None)
 }
 
 /// Defers per-file syncs while many files are stored; `finish` flushes them all

@@ -745,12 +745,38 @@ fn a_post_without_a_pre_is_recorded_with_a_warning() {
     let r = hook(&env, "post", &post, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("no pre hook"), "{}", r.stderr);
+    // With no pre, `originalFile: null` ("there was no file") is the
+    // payload's word alone: ckpt does not claim to know the before state
+    // (issue 21 item 9), and says the change is not recorded.
+    assert!(
+        r.stderr.contains("what it held before is unknown"),
+        "{}",
+        r.stderr
+    );
     let recs = records(&env);
-    let p = recs
-        .iter()
-        .find(|r| r["kind"] == "file_patch")
-        .expect("the create is still recorded");
-    assert_eq!(p["op"], "create", "originalFile null says the file was new");
+    assert!(!recs.iter().any(|r| r["kind"] == "file_patch"), "{recs:#?}");
+    let end = recs.iter().rfind(|r| r["kind"] == "tool_call").unwrap();
+    assert_eq!(end["unrecorded"][0]["reason"], "before_unknown", "{end}");
+}
+
+#[test]
+fn a_post_without_a_pre_never_gets_a_users_file_deleted() {
+    // The user's file was there; a post with no pre says `originalFile:
+    // null`. Before, it was recorded as a create and a rollback deleted it.
+    let env = TestEnv::init();
+    env.write("src/new.rs", b"the user's own file\n");
+    let post = fixture(&env, "claude/write_create.post.json");
+    env.write(
+        "src/new.rs",
+        write_create_content(&env, Phase::Post).as_bytes(),
+    );
+    assert_eq!(hook(&env, "post", &post, &[]).code, 0);
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        env.ws.join("src/new.rs").exists(),
+        "the file is not deleted"
+    );
 }
 
 #[test]
@@ -1450,4 +1476,67 @@ fn a_read_only_call_is_one_record_and_still_catches_user_edits_first() {
             .all(|c| c["evidence"].is_null()),
         "{v}"
     );
+}
+
+/// Issue 21 item 8: a `transcript_path` naming a FIFO hung `hook prompt`
+/// and `hook session-start` forever (opening it waits for a writer).
+#[test]
+fn a_fifo_as_transcript_never_hangs_a_hook() {
+    let env = TestEnv::init();
+    let fifo = env.dir.path().join("t.jsonl");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: mkfifo is not available");
+        return;
+    }
+    for (phase, event) in [
+        ("prompt", "UserPromptSubmit"),
+        ("session-start", "SessionStart"),
+    ] {
+        let p = serde_json::json!({"session_id": "s", "transcript_path": fifo, "cwd": env.ws,
+            "hook_event_name": event, "prompt": "hi", "source": "startup"});
+        // Killed after 10 s: a hang fails the test instead of stalling it.
+        let mut c = env.command(&["hook", phase]);
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(p.to_string().as_bytes())
+            .unwrap();
+        let t = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let status = status.unwrap_or_else(|| panic!("{phase} hung on a FIFO transcript"));
+        assert!(status.success(), "{phase}: {status}");
+    }
+    // And restore-session --claude to such a checkpoint refuses at once.
+    let ck = records(&env)
+        .into_iter()
+        .rfind(|r| r["kind"] == "checkpoint")
+        .unwrap()["checkpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = std::time::Instant::now();
+    let r = env.ckpt(&["restore-session", "--session", "s", "--to", &ck, "--claude"]);
+    assert_ne!(r.code, 0);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
 }
