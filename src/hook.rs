@@ -448,6 +448,19 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     let mut predicted = Vec::new();
     for (rel, _) in &targets {
         let s = call::snapshot(ws, rel)?;
+        if s == FileState::NotAFile {
+            // A FIFO, socket, device or directory: ckpt records no content
+            // for it, and calling it absent would let a rollback delete
+            // what the call leaves there (issue 21 item 11).
+            return Err(WorkspaceError::from(FsError::new(
+                "record",
+                rel.to_string(),
+                std::io::Error::other(
+                    "it is a directory, FIFO, socket or device, not a file ckpt can record",
+                ),
+            ))
+            .into());
+        }
         predicted.push(predicted_after(ws, ev, rel, &s));
         snaps.push((rel.clone(), Snap::from_state(&s)));
     }
@@ -746,7 +759,7 @@ fn post_with(
                 batch_guard = Some(BatchDurability::start(ws));
                 // Other shell calls open right now could have made any change we
                 // see: name them all rather than guess (issue 3).
-                let others = open_scan_calls(ws, &call);
+                let others = open_scan_calls(ws, &call, session.as_deref());
                 // The contents the scan stores (or reads from git) are diffed
                 // right after: kept in memory up to a budget, not read back.
                 let kept = ws.blobs().keep_recent(RECENT_BUDGET);
@@ -1247,10 +1260,20 @@ pub fn closed_warnings(closed: &[ClosedCall]) -> Vec<String> {
 }
 
 /// The ids of shell (scan) calls other than `me` that are open.
-fn open_scan_calls(ws: &Workspace, me: &str) -> Vec<String> {
+/// Only calls that may still be running count: not one whose turn ended
+/// or whose agent process is gone (closed later, from what changed by
+/// then), and one whose agent is unknown only within `session` — a shell
+/// call left in doubt was a candidate author of every later shell change
+/// in every session, so a rollback of any of them conflicted (issue 21
+/// item 10).
+fn open_scan_calls(ws: &Workspace, me: &str, session: Option<&str>) -> Vec<String> {
     let mut out: Vec<String> = open_calls(ws)
         .into_iter()
-        .filter(|s| s.scan && s.call != me)
+        .filter(|s| s.scan && s.call != me && !s.turn_ended)
+        .filter(|s| match s.proc.map(|p| crate::procs::alive(&p)) {
+            Some(Some(alive)) => alive,
+            _ => s.session.as_deref() == session,
+        })
         .map(|s| s.call)
         .collect();
     out.sort();

@@ -8,6 +8,7 @@ fn main() {
     // Still one thread: the only moment the umask can be read safely.
     ckpt::fs_util::learn_umask();
     tune_allocator();
+    survive_file_size_limit();
     ckpt::short_lived_process();
     let mut code = cli::main();
     // Syncs a command left running in the background (a first hook's new
@@ -54,6 +55,17 @@ fn tune_allocator() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn tune_allocator() {}
+
+/// Under a file-size limit (`ulimit -f`, RLIMIT_FSIZE) a write past it
+/// raises SIGXFSZ, which kills the process with no error line. Caught by a
+/// handler that does nothing, the write fails with EFBIG instead, which ckpt
+/// reports like any I/O error. (A handler, not SIG_IGN: handlers are reset
+/// when `ckpt exec` starts a command, ignored signals would be inherited.)
+#[allow(unsafe_code)]
+fn survive_file_size_limit() {
+    // SAFETY: the action does nothing, which is async-signal-safe.
+    let _ = unsafe { signal_hook::low_level::register(libc::SIGXFSZ, || {}) };
+}
 
 /// The system allocator, with every large block (4 MiB and up) advised for
 /// transparent huge pages: a hook's big tables (the snapshot it reads, the

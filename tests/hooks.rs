@@ -865,9 +865,15 @@ fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
         t.elapsed() < std::time::Duration::from_secs(2),
         "no hang on a FIFO"
     );
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Not a file ckpt can record: the call is blocked (on_record_failure =
+    // block), never recorded with the FIFO as "absent" (issue 21 item 11: a
+    // rollback would then delete what the call left there).
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("FIFO"), "{}", r.stderr);
     let post = payload.replace("PreToolUse", "PostToolUse");
-    hook_ok(&env, "post", post.as_bytes());
+    let t = std::time::Instant::now();
+    let _ = hook(&env, "post", post.as_bytes(), &[]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
     assert!(
         records(&env).iter().all(|r| r["kind"] != "file_patch"),
         "a FIFO is never read or recorded as content"
@@ -1539,4 +1545,43 @@ fn a_fifo_as_transcript_never_hangs_a_hook() {
     let r = env.ckpt(&["restore-session", "--session", "s", "--to", &ck, "--claude"]);
     assert_ne!(r.code, 0);
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// Issue 21 item 11: under RLIMIT_FSIZE ckpt died of SIGXFSZ with no error
+/// line; now the write fails with EFBIG and the hook says so.
+#[test]
+fn a_file_size_limit_is_an_error_line_not_a_signal() {
+    let env = TestEnv::init();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    env.write("big.bin", &big);
+    let payload = br#"{"session":"s","call":"c1","tool":"Bash"}"#;
+    let mut c = std::process::Command::new("sh");
+    c.args([
+        "-c",
+        "ulimit -f 50; exec \"$0\" hook pre",
+        crate::common::bin(),
+    ])
+    .env_clear()
+    .env("HOME", &env.home)
+    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    .env("CKPT_WORKSPACE", &env.ws)
+    .env("CKPT_AGENT_PID", "0")
+    .current_dir(&env.ws);
+    let r = crate::common::run_with_stdin_cmd(c, payload);
+    assert_eq!(r.code, 2, "blocked, not killed by a signal: {}", r.stderr);
+    assert!(r.stderr.contains("File too large"), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+}
+
+/// Issue 21 item 11: a call id holding a newline split an error line in two.
+#[test]
+fn ids_with_control_characters_are_refused_in_one_line() {
+    let env = TestEnv::init();
+    let p = serde_json::json!({"session_id": "s", "tool_use_id": "c1\nforged line", "cwd": env.ws,
+        "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "true"}});
+    let r = hook(&env, "pre", p.to_string().as_bytes(), &[]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("control character"), "{}", r.stderr);
+    assert!(records(&env).is_empty());
 }

@@ -602,8 +602,15 @@ fn non_utf8_names_are_recorded_losslessly_and_never_collide() {
 fn a_change_seen_by_two_overlapping_shell_calls_names_both_and_is_recorded_once() {
     let env = TestEnv::init();
     env.write("base.txt", b"base\n");
-    crate::hooks::hook_ok(&env, "pre", br#"{"session":"A","call":"a1","tool":"Bash"}"#);
-    crate::hooks::hook_ok(&env, "pre", br#"{"session":"B","call":"b1","tool":"Bash"}"#);
+    // Both agents still running (this test process stands in for them).
+    let pid = std::process::id().to_string();
+    for p in [
+        &br#"{"session":"A","call":"a1","tool":"Bash"}"#[..],
+        br#"{"session":"B","call":"b1","tool":"Bash"}"#,
+    ] {
+        let r = crate::hooks::hook(&env, "pre", p, &[("CKPT_AGENT_PID", &pid)]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
     // Either command could have written this file: ckpt cannot tell.
     env.write("who.txt", b"one of them\n");
     crate::hooks::hook_ok(
@@ -1128,4 +1135,38 @@ fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_chan
     assert!(r.stderr.contains("scan: walked"), "{}", r.stderr);
     assert!(!r.stderr.contains("first walk taken over"), "{}", r.stderr);
     assert!(!r.stderr.contains("large tables ahead"), "{}", r.stderr);
+}
+
+/// Issue 21 item 10: a shell call left in doubt (its post never came, its
+/// agent gone or unknown) was named a candidate author of every later shell
+/// change, in every session, so a rollback of any later call conflicted.
+#[test]
+fn a_shell_call_left_in_doubt_is_no_author_of_later_changes() {
+    let env = TestEnv::init();
+    // Left in doubt: its agent unknown, in session A; never a post.
+    crate::hooks::hook_ok(
+        &env,
+        "pre",
+        br#"{"session":"A","call":"lost","tool":"Bash"}"#,
+    );
+    // Later, another session's shell call writes a file.
+    crate::hooks::hook_ok(&env, "pre", br#"{"session":"B","call":"b1","tool":"Bash"}"#);
+    env.write("later.txt", b"b1 wrote this\n");
+    crate::hooks::hook_ok(
+        &env,
+        "post",
+        br#"{"session":"B","call":"b1","status":"succeeded"}"#,
+    );
+    let p = records(&env)
+        .into_iter()
+        .find(|r| r["kind"] == "file_patch")
+        .unwrap();
+    assert!(
+        p.get("candidates")
+            .is_none_or(|c| c.is_null() || c.as_array().is_some_and(|a| a.is_empty())),
+        "{p}"
+    );
+    let r = env.ckpt(&["rollback", "--call", "b1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("later.txt").exists());
 }

@@ -509,12 +509,29 @@ pub fn parse(
         Some(f) => f,
         None => detect(&map)?,
     };
-    match format {
+    let ev = match format {
         Format::Claude | Format::Codex => claude::parse(map, phase, format),
         Format::Gemini => gemini::parse(map, phase),
         Format::Cursor => cursor::parse(map, phase),
         Format::Generic => generic::parse(map, phase),
+    }?;
+    // Ids end up in records, file names and one-line messages: a newline in
+    // one would split an error line in two (issue 21 item 11).
+    for (what, id) in [
+        ("the call id", &ev.call),
+        ("the session id", &ev.session),
+        ("the turn id", &ev.turn),
+    ] {
+        if let Some(id) = id
+            && id.chars().any(char::is_control)
+        {
+            return Err(shape(format!(
+                "{what} `{}` holds a control character",
+                short(id)
+            )));
+        }
     }
+    Ok(ev)
 }
 
 /// Returns the format of a payload's top-level object, by the rules in the module docs.
