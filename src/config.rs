@@ -49,6 +49,7 @@ struct RawConfig {
     ignore: Option<Vec<String>>,
     max_blob_bytes: Option<u64>,
     merge_max_bytes: Option<u64>,
+    max_snapshot_files: Option<u64>,
     tools: Option<Vec<ToolRule>>,
 }
 
@@ -63,6 +64,8 @@ pub struct Config {
     pub max_blob_bytes: u64,
     /// Text merges are skipped above this size.
     pub merge_max_bytes: u64,
+    /// A shell call's workspace walk stops above this many entries.
+    pub max_snapshot_files: u64,
     /// The tool catalog, first match wins.
     pub tools: Vec<ToolRule>,
 }
@@ -108,6 +111,7 @@ impl Config {
             ignore: None,
             max_blob_bytes: None,
             merge_max_bytes: None,
+            max_snapshot_files: None,
             tools: None,
         });
         Ok(Config {
@@ -121,6 +125,10 @@ impl Config {
                 .merge_max_bytes
                 .or(d.merge_max_bytes)
                 .unwrap_or(16 << 20),
+            max_snapshot_files: raw
+                .max_snapshot_files
+                .or(d.max_snapshot_files)
+                .unwrap_or(500_000),
             tools: raw.tools.or(d.tools).unwrap_or_default(),
         })
     }

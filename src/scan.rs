@@ -822,6 +822,16 @@ fn fresh(
     } = walk_and_read_index
         .map_err(|e| FsError::new("walk", ws.root().display().to_string(), e))?;
     crate::timing("scan: walked");
+    // Before anything is read or stored: a tree past the limit (the whole
+    // file system, a home directory) is not walked into the store.
+    if walked.len() as u64 > cfg.max_snapshot_files {
+        return Err(WorkspaceError::Refused(format!(
+            "`{}` holds {} entries, more than max_snapshot_files = {}: a shell call's changes are found by comparing the whole tree, so ckpt does not record this one; raise max_snapshot_files in .agent-runtime/config.toml, or ignore the big directories (.gitignore, or `ignore` there)",
+            ws.root().display(),
+            walked.len(),
+            cfg.max_snapshot_files
+        )));
+    }
     crate::dispose(known);
     // Every directory was known, unchanged and not racy (none listed).
     let dirs_same = old.is_some_and(|o| {

@@ -1170,3 +1170,49 @@ fn a_shell_call_left_in_doubt_is_no_author_of_later_changes() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!env.ws.join("later.txt").exists());
 }
+
+/// Issue 21 item 1: a shell call's walk is bounded; past the limit the call
+/// is not recorded, and the pre says how to opt in.
+#[test]
+fn a_tree_past_max_snapshot_files_is_not_walked_into_the_store() {
+    let env = TestEnv::init();
+    for i in 0..12 {
+        env.write(&format!("d/f{i}.txt"), b"x\n");
+    }
+    let cfg = env.rt().join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("max_snapshot_files = 500000", "max_snapshot_files = 5"),
+    )
+    .unwrap();
+    let r = crate::hooks::hook(
+        &env,
+        "pre",
+        br#"{"session":"s","call":"c1","tool":"Bash"}"#,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("max_snapshot_files"), "{}", r.stderr);
+    let blobs = walk_count(&env.rt().join("artifacts/blobs"));
+    assert_eq!(blobs, 0, "nothing of the tree was stored");
+    // Raised: recorded.
+    std::fs::write(&cfg, text).unwrap();
+    crate::hooks::hook_ok(&env, "pre", br#"{"session":"s","call":"c2","tool":"Bash"}"#);
+    assert!(
+        walk_count(&env.rt().join("artifacts/blobs")) > 0,
+        "the walk under the limit stores the tree's contents (so the check above means something)"
+    );
+}
+
+fn walk_count(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            n += walk_count(&e.path());
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
