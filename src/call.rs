@@ -219,21 +219,12 @@ pub fn rename_patch(
     after: &FileState,
     source: PatchSource,
 ) -> Result<(Draft, FilePatch), WorkspaceError> {
-    let a = crate::patch::quote_path("a/", from.as_bytes());
-    let b = crate::patch::quote_path("b/", to.as_bytes());
-    let mut diff = format!(
-        "diff --git {a} {b}\nsimilarity index 100%\nrename from {}\nrename to {}\n",
-        crate::patch::quote_path("", from.as_bytes()),
-        crate::patch::quote_path("", to.as_bytes())
-    )
-    .into_bytes();
-    if let (Some(m1), Some(m2)) = (before.mode_string(), after.mode_string())
-        && m1 != m2
-    {
-        diff = format!("diff --git {a} {b}\nold mode {m1}\nnew mode {m2}\nsimilarity index 100%\nrename from {}\nrename to {}\n",
-            crate::patch::quote_path("", from.as_bytes()),
-            crate::patch::quote_path("", to.as_bytes())).into_bytes();
-    }
+    let diff = rename_diff(
+        from,
+        to,
+        before.mode_string().as_deref(),
+        after.mode_string().as_deref(),
+    );
     let id = ws.clock().new_id("p_");
     let patch_ref = write_patch_artifact(ws, &id, &diff)?;
     let fp = FilePatch {
@@ -258,6 +249,65 @@ pub fn rename_patch(
     Ok((
         Draft::in_session(session.map(str::to_string), Body::FilePatch(fp.clone())),
         fp,
+    ))
+}
+
+/// The artifact of a rename from `from` to `to`.
+fn rename_diff(from: &RelPath, to: &RelPath, m1: Option<&str>, m2: Option<&str>) -> Vec<u8> {
+    let a = crate::patch::quote_path("a/", from.as_bytes());
+    let b = crate::patch::quote_path("b/", to.as_bytes());
+    let modes = match (m1, m2) {
+        (Some(m1), Some(m2)) if m1 != m2 => format!("old mode {m1}\nnew mode {m2}\n"),
+        _ => String::new(),
+    };
+    format!(
+        "diff --git {a} {b}\n{modes}similarity index 100%\nrename from {}\nrename to {}\n",
+        crate::patch::quote_path("", from.as_bytes()),
+        crate::patch::quote_path("", to.as_bytes())
+    )
+    .into_bytes()
+}
+
+/// What patch `p`'s diff artifact must hold: the diff ckpt writes for its
+/// recorded before and after (contents from the store, modes, git ids), so
+/// `verify` can tell an artifact that was replaced (issue 21 item 6).
+pub fn expected_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceError> {
+    if p.op == PatchOp::Rename
+        && let Some(from) = &p.from_path
+    {
+        return Ok(rename_diff(
+            from,
+            &p.path,
+            p.before_mode.as_deref(),
+            p.after_mode.as_deref(),
+        ));
+    }
+    let load = |h: Option<crate::hash::ContentHash>| -> Result<Option<Vec<u8>>, WorkspaceError> {
+        h.map(|h| ws.blobs().get(&h))
+            .transpose()
+            .map_err(Into::into)
+    };
+    let git = |hex: &Option<String>| -> Option<[u8; 20]> {
+        let hex = hex.as_deref()?;
+        let mut out = [0u8; 20];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(out)
+    };
+    let (b, a) = (load(p.before_hash)?, load(p.after_hash)?);
+    Ok(diff_of(
+        &p.path,
+        Side {
+            bytes: b.as_deref(),
+            mode: p.before_mode.as_deref(),
+            git_id: git(&p.before_git),
+        },
+        Side {
+            bytes: a.as_deref(),
+            mode: p.after_mode.as_deref(),
+            git_id: git(&p.after_git),
+        },
     ))
 }
 

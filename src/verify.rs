@@ -228,6 +228,17 @@ impl Workspace {
                                 path: Some(expected),
                                 problem: "patch artifact is missing".into(),
                             });
+                        } else if let (Ok(have), Ok(want)) = (
+                            crate::call::read_patch_artifact(self, &p.patch),
+                            crate::call::expected_diff(self, p),
+                        ) && have != want
+                        {
+                            // (A blob that cannot be read is reported below.)
+                            problems.push(Problem {
+                                seq: Some(r.seq),
+                                path: Some(expected),
+                                problem: "patch artifact does not hold the diff of the patch's recorded before and after contents (it was changed or replaced)".into(),
+                            });
                         }
                     }
                 }

@@ -115,7 +115,8 @@ fn read_stdin_ready(head: &mut Vec<u8>) -> Option<Result<Vec<u8>, HookInputError
     let fd = stdin.as_fd();
     let st = rustix::fs::fstat(fd).ok()?;
     match FileType::from_raw_mode(st.st_mode) {
-        FileType::Fifo => {}
+        // Claude Code and Gemini CLI hand hooks a Unix socket, others a pipe.
+        FileType::Fifo | FileType::Socket => {}
         // A regular file never blocks: read it here, capped, with no thread.
         FileType::RegularFile => {
             let mut stdin = stdin.lock();
