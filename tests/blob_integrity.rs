@@ -178,3 +178,51 @@ fn a_damaged_existing_blob_is_replaced_by_a_verified_copy() {
     ws.blobs().put_reader(&mut &data[..]).unwrap();
     assert_eq!(ws.blobs().get(&h).unwrap(), data);
 }
+
+/// Issue 21 item 6: a patch artifact replaced by other bytes passed
+/// `verify`, though the README says every artifact is checked.
+#[test]
+fn a_patch_artifact_replaced_by_junk_fails_verify() {
+    let env = crate::common::TestEnv::init();
+    let f = env.ws.join("a.txt");
+    std::fs::write(&f, "one\n").unwrap();
+    let p = |ev: &str| {
+        serde_json::json!({"session_id": "s", "tool_use_id": "e1", "cwd": env.ws,
+            "hook_event_name": ev, "tool_name": "Edit",
+            "tool_input": {"file_path": f, "old_string": "one", "new_string": "two"},
+            "tool_response": {}})
+        .to_string()
+    };
+    assert_eq!(
+        crate::hooks::hook(&env, "pre", p("PreToolUse").as_bytes(), &[]).code,
+        0
+    );
+    std::fs::write(&f, "two\n").unwrap();
+    assert_eq!(
+        crate::hooks::hook(&env, "post", p("PostToolUse").as_bytes(), &[]).code,
+        0
+    );
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+    let dir = env.rt().join("artifacts/patches");
+    let diff = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut perms = std::fs::metadata(&diff).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(&diff, perms).unwrap();
+    std::fs::write(
+        &diff,
+        b"--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+rm -rf /\n",
+    )
+    .unwrap();
+    let v = env.ckpt(&["verify"]);
+    assert_eq!(v.code, 4, "{}", v.stdout);
+    assert!(
+        v.stdout.contains("patch artifact does not hold"),
+        "{}",
+        v.stdout
+    );
+}
