@@ -62,6 +62,8 @@ pub enum Selector {
     Call(String),
     /// One session's patches.
     Session(String),
+    /// The patches of one subagent's calls (Claude Code's `agent_id`).
+    Subagent(String),
     /// The last N calls that changed files.
     Last(usize),
     /// The patches an earlier action wrote (undoing a rollback or resolve).
@@ -89,6 +91,7 @@ impl Selector {
             Selector::To(c) => json!({"to": c}),
             Selector::Call(c) => json!({"call": c}),
             Selector::Session(s) => json!({"session": s}),
+            Selector::Subagent(a) => json!({"subagent": a}),
             Selector::Last(n) => json!({"last": n}),
             Selector::Action(a) => json!({"action": a}),
             Selector::Undo => json!({"undo": r.undo_to.clone().flatten()}),
@@ -559,6 +562,20 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
                 }
             }
         }
+        Selector::Subagent(a) => {
+            for r in records {
+                if let Body::ToolCall(c) = &r.body
+                    && c.subagent.as_ref().is_some_and(|s| s.id == *a)
+                {
+                    out.calls.insert(c.call.clone());
+                }
+            }
+            if out.calls.is_empty() {
+                return Err(WorkspaceError::Refused(format!(
+                    "no calls of subagent `{a}` in this workspace; `ckpt log` names the subagents"
+                )));
+            }
+        }
         Selector::Last(n) => {
             // The newest N calls with a change still in effect.
             // By when the calls made them.
@@ -615,7 +632,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
     }
     if matches!(
         sel,
-        Selector::Call(_) | Selector::Session(_) | Selector::Last(_)
+        Selector::Call(_) | Selector::Session(_) | Selector::Subagent(_) | Selector::Last(_)
     ) {
         out.touched = agent_patches()
             .filter(|(_, p)| of_calls(p, &out.calls))

@@ -1242,6 +1242,34 @@ fn a_subagents_call_and_its_turn_are_recorded() {
     assert_eq!(started["turn"], "turn-7", "{started:#}");
     assert_eq!(started["subagent"]["id"], "sub-1", "{started:#}");
     assert_eq!(started["subagent"]["type"], "Explore", "{started:#}");
+    let text = env.ckpt(&["log"]);
+    assert!(
+        text.stdout.contains("(subagent sub-1, Explore)"),
+        "{}",
+        text.stdout
+    );
+    // The main agent writes another file; the subagent's work alone is
+    // taken back.
+    let main = |event: &str| {
+        let mut v = serde_json::json!({
+            "session_id": "s1", "transcript_path": "/dev/null", "cwd": env.ws,
+            "hook_event_name": event, "tool_name": "Write", "tool_use_id": "t2",
+            "tool_input": {"file_path": env.ws.join("m.txt"), "content": "main\n"},
+        });
+        if event == "PostToolUse" {
+            v["tool_response"] = serde_json::json!({"type": "create"});
+        }
+        v.to_string().into_bytes()
+    };
+    hook_ok(&env, "pre", &main("PreToolUse"));
+    env.write("m.txt", b"main\n");
+    hook_ok(&env, "post", &main("PostToolUse"));
+    let r = env.ckpt(&["rollback", "--subagent", "sub-1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(env.ws.join("m.txt")).unwrap(), b"main\n");
+    let r = env.ckpt(&["rollback", "--subagent", "nobody"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
 }
 
 /// Codex 0.171 sends a failing shell call's post with no exit code

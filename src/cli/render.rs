@@ -21,6 +21,16 @@ pub fn describe(r: &Record) -> (&'static str, String) {
                     if c.paths.len() > 3 { ", …" } else { "" }
                 ));
             }
+            if let Some(sa) = &c.subagent {
+                s.push_str(&format!(
+                    " (subagent {}{})",
+                    sa.id,
+                    sa.kind
+                        .as_deref()
+                        .map(|k| format!(", {k}"))
+                        .unwrap_or_default()
+                ));
+            }
             if let Some(e) = &c.error {
                 s.push_str(&format!(": {}", first_line(e)));
             }

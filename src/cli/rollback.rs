@@ -10,7 +10,7 @@ use super::error::{CONFLICTS, CommandError, ERROR, OK};
 use super::{Ctx, Ui};
 
 #[derive(clap::Args, Debug)]
-#[command(group(ArgGroup::new("selector").required(true).args(["to", "call", "session", "last", "action"])))]
+#[command(group(ArgGroup::new("selector").required(true).args(["to", "call", "session", "subagent", "last", "action"])))]
 pub struct Args {
     /// Undo every agent change made after this checkpoint
     #[arg(long, value_name = "CKPT")]
@@ -21,6 +21,9 @@ pub struct Args {
     /// Undo every change of one agent session
     #[arg(long, value_name = "SESSION")]
     session: Option<String>,
+    /// Undo every change one subagent made (Claude Code's `agent_id`, shown by `ckpt log`)
+    #[arg(long, value_name = "AGENT_ID")]
+    subagent: Option<String>,
     /// Undo the last N calls that changed files
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     last: Option<u32>,
@@ -58,13 +61,15 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         Selector::Call(c.clone())
     } else if let Some(s) = &args.session {
         Selector::Session(s.clone())
+    } else if let Some(a) = &args.subagent {
+        Selector::Subagent(a.clone())
     } else if let Some(n) = args.last {
         Selector::Last(n as usize)
     } else if let Some(a) = &args.action {
         Selector::Action(a.clone())
     } else {
         return Err(CommandError::usage(
-            "say what to roll back: --to CKPT, --call C, --session S, --last N or --action A",
+            "say what to roll back: --to CKPT, --call C, --session S, --subagent A, --last N or --action A",
         ));
     };
     execute(ui, ctx, selector, &args.paths, args.dry_run)
