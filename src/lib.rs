@@ -57,6 +57,8 @@ pub mod doctor;
 pub mod effect;
 pub mod failpoint;
 pub mod fs_util;
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod git;
 pub mod hash;
 pub mod hook;

@@ -9,6 +9,7 @@ mod blob_integrity;
 mod cli_basic;
 mod compensate;
 mod doctor;
+mod fuzz_corpus;
 mod hooks;
 mod interrupted;
 mod ledger_concurrency;
