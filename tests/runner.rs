@@ -11,6 +11,7 @@ mod compensate;
 mod doctor;
 mod fuzz_corpus;
 mod hooks;
+mod hostile;
 mod interrupted;
 mod ledger_concurrency;
 mod ledger_tamper;
