@@ -272,43 +272,15 @@ fn rename_diff(from: &RelPath, to: &RelPath, m1: Option<&str>, m2: Option<&str>)
 /// recorded before and after (contents from the store, modes, git ids), so
 /// `verify` can tell an artifact that was replaced (issue 21 item 6).
 pub fn expected_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceError> {
-    if p.op == PatchOp::Rename
-        && let Some(from) = &p.from_path
-    {
-        return Ok(rename_diff(
+    match (&p.op, &p.from_path) {
+        (PatchOp::Rename, Some(from)) => Ok(rename_diff(
             from,
             &p.path,
             p.before_mode.as_deref(),
             p.after_mode.as_deref(),
-        ));
+        )),
+        _ => recorded_diff(ws, p, true),
     }
-    let load = |h: Option<crate::hash::ContentHash>| -> Result<Option<Vec<u8>>, WorkspaceError> {
-        h.map(|h| ws.blobs().get(&h))
-            .transpose()
-            .map_err(Into::into)
-    };
-    let git = |hex: &Option<String>| -> Option<[u8; 20]> {
-        let hex = hex.as_deref()?;
-        let mut out = [0u8; 20];
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(out)
-    };
-    let (b, a) = (load(p.before_hash)?, load(p.after_hash)?);
-    Ok(diff_of(
-        &p.path,
-        Side {
-            bytes: b.as_deref(),
-            mode: p.before_mode.as_deref(),
-            git_id: git(&p.before_git),
-        },
-        Side {
-            bytes: a.as_deref(),
-            mode: p.after_mode.as_deref(),
-            git_id: git(&p.after_git),
-        },
-    ))
 }
 
 /// Writes `artifacts/patches/<id>.diff` durably; returns its reference.
@@ -535,10 +507,25 @@ pub fn patch_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceErr
     if p.patch_ref.is_some() {
         return read_patch_artifact(ws, &p.patch);
     }
+    recorded_diff(ws, p, false)
+}
+
+/// The diff of patch `p`'s recorded before and after contents (from the
+/// store), with the git blob ids it recorded when `with_git_ids`.
+fn recorded_diff(
+    ws: &Workspace,
+    p: &FilePatch,
+    with_git_ids: bool,
+) -> Result<Vec<u8>, WorkspaceError> {
     let load = |h: Option<crate::hash::ContentHash>| -> Result<Option<Vec<u8>>, WorkspaceError> {
         h.map(|h| ws.blobs().get(&h))
             .transpose()
             .map_err(Into::into)
+    };
+    let git = |hex: &Option<String>| {
+        hex.as_deref()
+            .filter(|_| with_git_ids)
+            .and_then(crate::hash::oid_from_hex)
     };
     let (b, a) = (load(p.before_hash)?, load(p.after_hash)?);
     Ok(diff_of(
@@ -546,12 +533,12 @@ pub fn patch_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceErr
         Side {
             bytes: b.as_deref(),
             mode: p.before_mode.as_deref(),
-            git_id: None,
+            git_id: git(&p.before_git),
         },
         Side {
             bytes: a.as_deref(),
             mode: p.after_mode.as_deref(),
-            git_id: None,
+            git_id: git(&p.after_git),
         },
     ))
 }

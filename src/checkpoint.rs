@@ -92,21 +92,20 @@ fn open_dir(rt: &OwnedFd) -> io::Result<OwnedFd> {
 
 /// Writes a checkpoint file durably; fails if one with that id already exists.
 pub fn write(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, CheckpointError> {
-    let mut f = file.clone();
-    f.checksum = Some(body_checksum(&f).map_err(|e| io_error("serialise", &f.checkpoint, e))?);
-    let mut bytes =
-        serde_json::to_vec_pretty(&f).map_err(|e| io_error("serialise", &f.checkpoint, e))?;
-    bytes.push(b'\n');
-    let dir = open_dir(rt).map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
-    let name = file_name(&f.checkpoint);
-    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, true)
-        .map_err(|e| io_error("write", &name, e))?;
-    Ok(format!("{CHECKPOINTS_DIR}/{name}"))
+    write_file(rt, file, false)
 }
 
 /// Writes a checkpoint file over an existing one (`ckpt repair`
 /// re-anchoring it), durably.
 pub fn rewrite(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, CheckpointError> {
+    write_file(rt, file, true)
+}
+
+fn write_file(
+    rt: &OwnedFd,
+    file: &CheckpointFile,
+    replace: bool,
+) -> Result<String, CheckpointError> {
     let mut f = file.clone();
     f.checksum = Some(body_checksum(&f).map_err(|e| io_error("serialise", &f.checkpoint, e))?);
     let mut bytes =
@@ -114,7 +113,7 @@ pub fn rewrite(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, Checkpoint
     bytes.push(b'\n');
     let dir = open_dir(rt).map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
     let name = file_name(&f.checkpoint);
-    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false)
+    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, !replace)
         .map_err(|e| io_error("write", &name, e))?;
     Ok(format!("{CHECKPOINTS_DIR}/{name}"))
 }

@@ -172,7 +172,7 @@ fn checked_records(ws: &Workspace) -> Result<Vec<Record>, WorkspaceError> {
     let rt = ws.runtime_dir();
     // The head anchor is written after each append, so read before the ledger
     // it may never name more than the ledger holds.
-    let head = crate::ledger::read_head(rt.as_fd());
+    let head = crate::ledger::head_state(rt.as_fd());
     let read = ws.read_ledger()?;
     ws.refuse_damaged(&read, head, "ckpt runs no compensation", None)?;
     Ok(read.records)

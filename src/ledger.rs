@@ -461,12 +461,27 @@ pub enum HeadState {
 
 /// Reads `ledger.head`, telling a missing file from an unreadable one.
 pub fn head_state(rt: BorrowedFd<'_>) -> HeadState {
-    match fs_util::entry_at(rt, HEAD_FILE.as_ref()) {
-        Ok(fs_util::EntryKind::Absent) => HeadState::Absent,
-        _ => match read_head(rt) {
-            Some(h) => HeadState::At(h),
-            None => HeadState::Unreadable,
-        },
+    let mut f = match fs_util::open_regular_at(rt, HEAD_FILE.as_ref()) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return HeadState::Absent,
+        Err(_) => return HeadState::Unreadable,
+    };
+    let mut buf = Vec::new();
+    match Read::by_ref(&mut f).take(4096).read_to_end(&mut buf) {
+        Ok(_) => {
+            serde_json::from_slice(buf.trim_ascii()).map_or(HeadState::Unreadable, HeadState::At)
+        }
+        Err(_) => HeadState::Unreadable,
+    }
+}
+
+impl HeadState {
+    /// The head, when there is a readable one.
+    pub fn head(self) -> Option<Head> {
+        match self {
+            HeadState::At(h) => Some(h),
+            _ => None,
+        }
     }
 }
 
@@ -1114,10 +1129,7 @@ fn write_head(rt: std::os::fd::BorrowedFd<'_>, tail: &Tail) {
 
 /// Reads the head anchor, if there is a readable one.
 pub fn read_head(rt: std::os::fd::BorrowedFd<'_>) -> Option<Head> {
-    let mut f = fs_util::open_regular_at(rt, HEAD_FILE.as_ref()).ok()?;
-    let mut buf = Vec::new();
-    Read::by_ref(&mut f).take(4096).read_to_end(&mut buf).ok()?;
-    serde_json::from_slice(buf.trim_ascii()).ok()
+    head_state(rt).head()
 }
 
 /// Checks the outcome of the ledger's `fdatasync`. After a failure it never

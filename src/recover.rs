@@ -153,7 +153,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     // Taking the ledger lock repairs a torn tail (backed up first).
     let started_at = ws.clock().now_rfc3339();
     drop(ws.ledger().lock()?);
-    let head = crate::ledger::read_head(ws.runtime_dir().as_fd());
+    let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
     let read = ws.read_ledger()?;
     // A repair record appended just now says how many torn bytes were cut.
     let torn_bytes = match read.records.last() {

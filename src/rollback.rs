@@ -387,7 +387,7 @@ fn git_moved(
 /// (and at checkpoint `also`'s).
 fn read_whole(ws: &Workspace, also: Option<&str>) -> Result<crate::LedgerRead, WorkspaceError> {
     // The head anchor is written after each append: read it first.
-    let head = crate::ledger::read_head(ws.runtime_dir().as_fd());
+    let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
     let read = ws.read_ledger()?;
     ws.refuse_damaged(&read, head, "ckpt will not act", also)?;
     Ok(read)

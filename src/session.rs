@@ -230,7 +230,7 @@ pub fn branches(records: &[Record], session: &str) -> Vec<Leaf> {
 /// current under it (read first without the lock, so writers wait only for a
 /// re-read when something was appended in between).
 fn read_locked(ws: &Workspace) -> Result<(LedgerLock<'_>, LedgerRead), WorkspaceError> {
-    let head = crate::ledger::read_head(std::os::fd::AsFd::as_fd(&**ws.runtime_dir()));
+    let head = crate::ledger::head_state(std::os::fd::AsFd::as_fd(&**ws.runtime_dir()));
     let read = ws.read_ledger()?;
     let lock = ws.ledger().lock()?;
     let read = if lock.tail().seq == read.tail.seq && lock.tail().hash == read.tail.hash {
@@ -479,7 +479,7 @@ pub fn restore_session(
     let session = opts.session.as_str();
     validate_session(session)?;
     let lock = ActionLock::take(ws)?;
-    let head = crate::ledger::read_head(std::os::fd::AsFd::as_fd(&**ws.runtime_dir()));
+    let head = crate::ledger::head_state(std::os::fd::AsFd::as_fd(&**ws.runtime_dir()));
     let read = ws.read_ledger()?;
     let to = (opts.to.starts_with("ckpt_")).then_some(opts.to.as_str());
     ws.refuse_damaged(&read, head, "ckpt will not act", to)?;

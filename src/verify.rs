@@ -59,11 +59,12 @@ impl Workspace {
     /// head anchor the ledger does not reach or agree with, and the newest
     /// checkpoint file's anchor (a record rewritten before it, and every
     /// later hash recomputed, changes the hash it names) and `also`'s.
-    /// `head` is read before `read` was (it may lag the ledger, never lead).
+    /// `head` is `ledger.head` read before `read` was (it may lag the
+    /// ledger, never lead).
     pub fn refuse_damaged(
         &self,
         read: &crate::LedgerRead,
-        head: Option<crate::ledger::Head>,
+        head: crate::ledger::HeadState,
         acting: &str,
         also: Option<&str>,
     ) -> Result<(), WorkspaceError> {
@@ -81,9 +82,7 @@ impl Workspace {
             )));
         }
         let rt = self.runtime_dir();
-        if crate::ledger::head_state(rt.as_fd()) == crate::ledger::HeadState::Absent
-            && read.tail.seq > 0
-        {
+        if head == crate::ledger::HeadState::Absent && read.tail.seq > 0 {
             return Err(refuse("`ledger.head` is missing".into()));
         }
         let hash_at = |seq: u64| -> Option<&str> {
@@ -104,7 +103,7 @@ impl Workspace {
                 "the record at seq {seq} is not the one {what} anchors (its hash differs)"
             ))
         };
-        if let Some(h) = head
+        if let Some(h) = head.head()
             && h.seq > 0
         {
             if h.seq > read.tail.seq {

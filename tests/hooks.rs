@@ -1215,19 +1215,25 @@ fn the_first_hook_sets_the_workspace_up_as_init_does() {
 fn a_subagents_call_and_its_turn_are_recorded() {
     let env = TestEnv::init();
     env.write("a.txt", b"a\n");
-    let p = |event: &str| {
+    // A Write of `file` by call `call`, from the subagent when `sub`.
+    let write = |event: &str, call: &str, file: &str, content: &str, sub: bool| {
         let mut v = serde_json::json!({
             "session_id": "s1", "transcript_path": "/dev/null", "cwd": env.ws,
-            "prompt_id": "turn-7", "effort": {"level": "medium"},
-            "agent_id": "sub-1", "agent_type": "Explore",
-            "hook_event_name": event, "tool_name": "Write", "tool_use_id": "t1",
-            "tool_input": {"file_path": env.ws.join("a.txt"), "content": "b\n"},
+            "hook_event_name": event, "tool_name": "Write", "tool_use_id": call,
+            "tool_input": {"file_path": env.ws.join(file), "content": content},
         });
+        if sub {
+            v["prompt_id"] = "turn-7".into();
+            v["effort"] = serde_json::json!({"level": "medium"});
+            v["agent_id"] = "sub-1".into();
+            v["agent_type"] = "Explore".into();
+        }
         if event == "PostToolUse" {
             v["tool_response"] = serde_json::json!({"type": "update"});
         }
         v.to_string().into_bytes()
     };
+    let p = |event: &str| write(event, "t1", "a.txt", "b\n", true);
     hook_ok(&env, "pre", &p("PreToolUse"));
     env.write("a.txt", b"b\n");
     hook_ok(&env, "post", &p("PostToolUse"));
@@ -1250,17 +1256,7 @@ fn a_subagents_call_and_its_turn_are_recorded() {
     );
     // The main agent writes another file; the subagent's work alone is
     // taken back.
-    let main = |event: &str| {
-        let mut v = serde_json::json!({
-            "session_id": "s1", "transcript_path": "/dev/null", "cwd": env.ws,
-            "hook_event_name": event, "tool_name": "Write", "tool_use_id": "t2",
-            "tool_input": {"file_path": env.ws.join("m.txt"), "content": "main\n"},
-        });
-        if event == "PostToolUse" {
-            v["tool_response"] = serde_json::json!({"type": "create"});
-        }
-        v.to_string().into_bytes()
-    };
+    let main = |event: &str| write(event, "t2", "m.txt", "main\n", false);
     hook_ok(&env, "pre", &main("PreToolUse"));
     env.write("m.txt", b"main\n");
     hook_ok(&env, "post", &main("PostToolUse"));
@@ -1533,33 +1529,13 @@ fn a_fifo_as_transcript_never_hangs_a_hook() {
         let p = serde_json::json!({"session_id": "s", "transcript_path": fifo, "cwd": env.ws,
             "hook_event_name": event, "prompt": "hi", "source": "startup"});
         // Killed after 10 s: a hang fails the test instead of stalling it.
-        let mut c = env.command(&["hook", phase]);
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(p.to_string().as_bytes())
-            .unwrap();
-        let t = std::time::Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break Some(s);
-            }
-            if t.elapsed() > std::time::Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
-        let status = status.unwrap_or_else(|| panic!("{phase} hung on a FIFO transcript"));
-        assert!(status.success(), "{phase}: {status}");
+        let r = crate::common::run_with_stdin_bounded(
+            env.command(&["hook", phase]),
+            p.to_string().as_bytes(),
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap_or_else(|| panic!("{phase} hung on a FIFO transcript"));
+        assert_eq!(r.code, 0, "{phase}: {}", r.stderr);
     }
     // And restore-session --claude to such a checkpoint refuses at once.
     let ck = records(&env)

@@ -9,10 +9,9 @@
 //! but the workspace, and a ledger that still verifies.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::TestEnv;
+use crate::common::{Run, TestEnv};
 
 fn inputs(ws: &Path, canary: &Path) -> Vec<(String, Vec<u8>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -122,51 +121,16 @@ fn inputs(ws: &Path, canary: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// Runs `ckpt hook PHASE` on `payload`, killed after 10 s.
-fn run(
-    env: &TestEnv,
-    phase: &str,
-    payload: &[u8],
-    with_ws: bool,
-) -> (Option<i32>, String, Duration) {
-    use std::io::{Read, Write};
+/// Runs `ckpt hook PHASE` on `payload`, killed after 10 s (`None`).
+fn run(env: &TestEnv, phase: &str, payload: &[u8], with_ws: bool) -> (Option<Run>, Duration) {
     let mut c = env.command(&["hook", phase]);
     if !with_ws {
         c.env_remove("CKPT_WORKSPACE");
     }
     c.env("CKPT_HOOK_STDIN_TIMEOUT_MS", "2000");
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let data = payload.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&data);
-    });
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
     let t = Instant::now();
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if t.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let took = t.elapsed();
-    let _ = writer.join();
-    (code, reader.join().unwrap_or_default(), took)
+    let r = crate::common::run_with_stdin_bounded(c, payload, Duration::from_secs(10));
+    (r, t.elapsed())
 }
 
 #[test]
@@ -191,11 +155,12 @@ fn hostile_hook_inputs_never_reach_outside_hang_or_panic() {
     for (name, payload) in &cases {
         for phase in ["pre", "post", "prompt", "turn-end"] {
             for with_ws in [true, false] {
-                let (code, stderr, took) = run(&env, phase, payload, with_ws);
+                let (r, took) = run(&env, phase, payload, with_ws);
                 answered += 1;
-                let bad = match code {
+                let stderr = r.as_ref().map(|r| r.stderr.clone()).unwrap_or_default();
+                let bad = match &r {
                     None => Some("no answer within 10 s".to_string()),
-                    Some(c) if ![0, 1, 2].contains(&c) => Some(format!("exit {c}")),
+                    Some(r) if ![0, 1, 2].contains(&r.code) => Some(format!("exit {}", r.code)),
                     _ if stderr.contains("panicked") => Some("a panic".into()),
                     _ => None,
                 };

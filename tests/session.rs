@@ -766,6 +766,18 @@ fn prompt_hook(env: &TestEnv, sid: &str, transcript: &Path) -> Run {
     crate::hooks::hook(env, "prompt", payload.to_string().as_bytes(), &[])
 }
 
+/// The newest checkpoint's id and its file.
+fn last_checkpoint(env: &TestEnv) -> (String, Value) {
+    let cp = records(env)
+        .into_iter()
+        .rfind(|x| x["kind"] == "checkpoint")
+        .unwrap();
+    let file =
+        serde_json::from_slice(&std::fs::read(env.rt().join(cp["ref"].as_str().unwrap())).unwrap())
+            .unwrap();
+    (cp["checkpoint"].as_str().unwrap().to_string(), file)
+}
+
 #[test]
 fn claude_restore_forks_the_transcript_at_the_checkpoint() {
     let env = TestEnv::init();
@@ -777,14 +789,7 @@ fn claude_restore_forks_the_transcript_at_the_checkpoint() {
     std::fs::write(&t, &head).unwrap();
     let r = prompt_hook(&env, sid, &t);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let cp = records(&env)
-        .into_iter()
-        .rfind(|x| x["kind"] == "checkpoint")
-        .unwrap();
-    let ck = cp["checkpoint"].as_str().unwrap().to_string();
-    let file: Value =
-        serde_json::from_slice(&std::fs::read(env.rt().join(cp["ref"].as_str().unwrap())).unwrap())
-            .unwrap();
+    let (ck, file) = last_checkpoint(&env);
     assert_eq!(
         file["extra"]["transcript_last_uuid"], U[3],
         "the last main-chain entry (the sidechain is skipped)"
@@ -862,16 +867,9 @@ fn claude_checkpoint_without_a_readable_transcript_still_records() {
     std::fs::create_dir_all(&unreadable).unwrap();
     let r = prompt_hook(&env, "s-x", &unreadable);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let cp = records(&env)
-        .into_iter()
-        .rfind(|x| x["kind"] == "checkpoint")
-        .unwrap();
-    let file: Value =
-        serde_json::from_slice(&std::fs::read(env.rt().join(cp["ref"].as_str().unwrap())).unwrap())
-            .unwrap();
+    let (ck, file) = last_checkpoint(&env);
     assert!(file["extra"].get("transcript_last_uuid").is_none());
     assert!(file["extra"].get("transcript_empty").is_none());
-    let ck = cp["checkpoint"].as_str().unwrap();
     let r = op(
         &env,
         &[
@@ -879,7 +877,7 @@ fn claude_checkpoint_without_a_readable_transcript_still_records() {
             "--session",
             "s-x",
             "--to",
-            ck,
+            &ck,
             "--claude",
         ],
     );
@@ -906,23 +904,15 @@ fn claude_restore_to_the_first_prompt_is_a_fresh_start() {
         }
         let r = prompt_hook(&env, sid, &t);
         assert_eq!(r.code, 0, "{}", r.stderr);
-        let cp = records(&env)
-            .into_iter()
-            .rfind(|x| x["kind"] == "checkpoint")
-            .unwrap();
-        let file: Value = serde_json::from_slice(
-            &std::fs::read(env.rt().join(cp["ref"].as_str().unwrap())).unwrap(),
-        )
-        .unwrap();
+        let (ck, file) = last_checkpoint(&env);
         assert_eq!(file["extra"]["transcript_empty"], true, "{sid}: {file}");
-        let ck = cp["checkpoint"].as_str().unwrap();
         let v = ok(
             &env,
-            &["restore-session", "--session", sid, "--to", ck, "--claude"],
+            &["restore-session", "--session", sid, "--to", &ck, "--claude"],
         );
         assert_eq!(v["claude_fresh"], true, "{sid}: {v}");
         assert_eq!(v["claude_session"], Value::Null, "{sid}: no fork");
-        let h = env.ckpt(&["restore-session", "--session", sid, "--to", ck, "--claude"]);
+        let h = env.ckpt(&["restore-session", "--session", sid, "--to", &ck, "--claude"]);
         assert_eq!(h.code, 0, "{}", h.stderr);
         assert!(
             h.stdout.contains("start a new session with `claude`"),

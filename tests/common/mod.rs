@@ -178,6 +178,58 @@ pub fn run_with_stdin_cmd(mut c: Command, stdin: &[u8]) -> Run {
     run(child.wait_with_output().unwrap())
 }
 
+/// [`run_with_stdin_cmd`], killed after `limit`: `None` when it was (a hang
+/// fails a test instead of stalling the suite).
+pub fn run_with_stdin_bounded(
+    mut c: Command,
+    stdin: &[u8],
+    limit: std::time::Duration,
+) -> Option<Run> {
+    use std::io::{Read, Write};
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let _ = writer.join();
+    let (stdout, stderr) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    status.map(|s| Run {
+        code: s.code().unwrap_or(-1),
+        stdout,
+        stderr,
+    })
+}
+
 /// Runs `git ARGS` in the workspace, with a fixed identity and no system or
 /// user configuration; it must succeed. Returns its stdout.
 pub fn git(env: &TestEnv, args: &[&str]) -> String {
