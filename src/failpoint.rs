@@ -5,7 +5,10 @@
 //! `abort` (like a `kill -9`: no destructors, no flush), `exit(N)`, `panic`,
 //! `sleep(MS)` and `error` (the step fails with an injected I/O error). An
 //! action prefixed `N*` (`rollback.after_file=3*abort`) fires on the Nth pass
-//! only, so a crash test can stop a loop after each of its steps. With no
+//! only, so a crash test can stop a loop after each of its steps. The name
+//! `*` stands for every failpoint, its passes counted across all of them:
+//! `*=3*abort` dies at the third write point the process passes, whichever it
+//! is (`ckpt scenario run --crash-each-write` walks them this way). With no
 //! configuration every failpoint is a single relaxed atomic load.
 
 use std::collections::HashMap;
@@ -65,9 +68,17 @@ pub fn hit(name: &str) -> io::Result<()> {
     if !ACTIVE.load(Ordering::Relaxed) {
         return Ok(());
     }
-    let Some((nth, passes, action)) = POINTS.get().and_then(|m| m.get(name)) else {
+    let points = POINTS.get();
+    if let Some(any) = points.and_then(|m| m.get("*")) {
+        fire(name, any)?;
+    }
+    let Some(point) = points.and_then(|m| m.get(name)) else {
         return Ok(());
     };
+    fire(name, point)
+}
+
+fn fire(name: &str, (nth, passes, action): &(u64, AtomicU64, Action)) -> io::Result<()> {
     if *nth > 0 && passes.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
         return Ok(());
     }

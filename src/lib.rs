@@ -75,6 +75,7 @@ pub mod redact;
 pub mod repair;
 pub mod rollback;
 pub mod scan;
+pub mod scenario;
 pub mod session;
 pub mod trace;
 pub mod trash;

@@ -18,6 +18,7 @@ mod repair;
 mod resolve;
 mod restore_session;
 mod rollback;
+mod scenario;
 mod session;
 mod show;
 mod status;
@@ -95,6 +96,8 @@ enum Command {
     Repair(repair::Args),
     /// Play a whole story in a scratch workspace and narrate it
     Demo(demo::Args),
+    /// Recovery scenarios for CI: play stories of agent calls, user edits and crashes, check what must hold
+    Scenario(scenario::Args),
     /// Record one agent hook event read from stdin (for agent settings, not by hand)
     Hook(hook::Args),
     /// Run a command between a pre and a post hook; exits with its status
@@ -419,6 +422,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(&mut ui, &ctx, a),
         Command::Repair(a) => repair::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),
+        Command::Scenario(a) => scenario::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),
         Command::Exec(a) => exec::run(&mut ui, &ctx, a),
         Command::ReapTrash { runtime } => Ok(reap_trash(runtime)),
