@@ -18,6 +18,7 @@ mod ledger_tamper;
 mod ledger_torn;
 mod merge_vs_git;
 mod path_corpus;
+mod power_loss;
 mod recover;
 mod repair;
 mod rollback;
