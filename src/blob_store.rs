@@ -372,7 +372,18 @@ impl BlobStore {
     }
 
     fn stored_size(&self, h: &ContentHash) -> Option<u64> {
-        self.stored(h).map(|(size, _)| size)
+        self.stored(h)
+            .filter(|(_, perm)| self.sound_if_in_flight(h, *perm))
+            .map(|(size, _)| size)
+    }
+
+    /// A blob still [`IN_FLIGHT_MODE`] was named before its data were
+    /// synced: after a power loss its bytes may be zeros or a torn prefix
+    /// under the right name and size. Such a blob is trusted only after it
+    /// hashes to its name; a damaged one counts as absent, and the next store
+    /// of those bytes replaces it (`publish` does).
+    fn sound_if_in_flight(&self, h: &ContentHash, perm: u32) -> bool {
+        perm != IN_FLIGHT_MODE || self.check(h).is_ok()
     }
 
     /// Size and permission bits of a stored blob.
@@ -459,6 +470,7 @@ impl BlobStore {
         let h = ContentHash::of(data);
         if let Some((size, perm)) = self.stored(&h)
             && size == data.len() as u64
+            && self.sound_if_in_flight(&h, perm)
         {
             self.settle(&h, perm)?;
             return Ok(h);

@@ -38,9 +38,8 @@
 //! afresh, and ids, timestamps and thread interleaving differ between runs,
 //! so a token names the same seed at the same point of a trace of the same
 //! shape, not necessarily byte-identical damage. A failure prints the
-//! damage it drew. States that fail only through the known in-flight blob
-//! bug (see `known_bug_in_flight_blob_is_trusted_by_its_size`) are counted
-//! apart, not as failures.
+//! damage it drew. (The in-flight blob bug these paths found is fixed and
+//! kept as `in_flight_blob_is_rehashed_before_it_is_trusted`.)
 //! If strace is missing or cannot trace here, the tests say so and pass.
 
 use std::collections::{HashMap, HashSet};
@@ -489,26 +488,12 @@ struct Report {
     distinct: usize,
     lost_something: usize,
     failures: Vec<String>,
-    /// States failing only through the known in-flight blob bug.
-    known_bug: usize,
     /// States where `ckpt verify` failed (exit 4) before recovery.
     verify_failed_first: std::collections::BTreeMap<String, usize>,
 }
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
-}
-
-/// Whether `tree` holds a blob still marked in flight (mode 0400: published
-/// before its sync, RELIABILITY B2's `SyncSet`) whose bytes are not the ones
-/// its name says: what a power loss leaves when the data sync did not happen.
-fn in_flight_damaged(tree: &Tree) -> bool {
-    tree.iter().any(|(p, n)| match n {
-        Node::File { data, mode, .. } if *mode == 0o400 => {
-            p.starts_with(b".agent-runtime/artifacts/blobs/") && blob_path(data) != *p
-        }
-        _ => false,
-    })
 }
 
 fn stable_hash(s: &str) -> u64 {
@@ -659,14 +644,6 @@ fn run_path(name: &'static str, honour_syncs: bool, seeds: u64) -> Option<Report
                 eprintln!("{token} at {}:\n  {}", p.label, dmg.lines.join("\n  "));
             }
             if let Err(e) = check(&ctx, p, &tree, &mut rep.verify_failed_first) {
-                if e.contains("blob_hash_mismatch") && in_flight_damaged(&tree) {
-                    // KNOWN BUG (see `known_bug_in_flight_blob_is_trusted_by_its_size`).
-                    rep.known_bug += 1;
-                    if rep.known_bug == 1 {
-                        eprintln!("KNOWN BUG hit at {token} ({}): {}", p.label, first_line(&e));
-                    }
-                    continue;
-                }
                 rep.failures.push(format!(
                     "{token} (CKPT_POWER_LOSS_REPLAY={token}) at {}: {e}\n    damage: {}",
                     p.label,
@@ -676,7 +653,7 @@ fn run_path(name: &'static str, honour_syncs: bool, seeds: u64) -> Option<Report
         }
     }
     eprintln!(
-        "power_loss/{name}{}: {} syscalls traced, {} persistence points (x2: before/after) + exit, {seeds} seeds: {} crash states tried ({} lost or damaged something), {} distinct checked (`verify` before recovery failed: {:?}), {} failures, {} on the known in-flight blob bug, {:.1} s",
+        "power_loss/{name}{}: {} syscalls traced, {} persistence points (x2: before/after) + exit, {seeds} seeds: {} crash states tried ({} lost or damaged something), {} distinct checked (`verify` before recovery failed: {:?}), {} failures, {:.1} s",
         if honour_syncs {
             ""
         } else {
@@ -689,7 +666,6 @@ fn run_path(name: &'static str, honour_syncs: bool, seeds: u64) -> Option<Report
         rep.distinct,
         rep.verify_failed_first,
         rep.failures.len(),
-        rep.known_bug,
         t0.elapsed().as_secs_f64()
     );
     Some(rep)
@@ -765,26 +741,24 @@ fn power_loss_self_check_the_simulator_catches_lost_synced_data() {
     );
 }
 
-/// KNOWN BUG, found by `power_loss_hook_post_edit` (states
-/// `edit_post/1/before/6`, `edit_post/0/after/5`, `edit_post/1/after/4`,
-/// `edit_post/2/before/19` with the default seeds): a post hook stores the
+/// A bug `power_loss_hook_post_edit` found (states `edit_post/1/before/6`,
+/// `edit_post/0/after/5`, `edit_post/1/after/4`, `edit_post/2/before/19`
+/// with the default seeds), fixed in `BlobStore` (a blob still in flight
+/// must hash to its name before it is trusted): a post hook stores the
 /// after content as a blob inside a `SyncSet`: `O_TMPFILE` in the fan-out
 /// directory, `write`, `linkat` to its name with mode 0400 ("in flight"),
 /// `fsync` of the fan-out directory, and only then the queued `fdatasync`
 /// of the data. Power lost in between leaves the name (size 1270) with
 /// zeros for bytes (B6: size-extended-but-unwritten tails). After the
-/// reboot, `BlobStore::put_slice` finds a blob of the right size, and
-/// `settle` syncs it and marks it 0600 without re-hashing it: the next
-/// pre hook over that file exits 0 and names the damaged blob as the
-/// file's before version (the user's bytes are then nowhere), and `ckpt
-/// recover` exits 1 with `blob_hash_mismatch` on every run. `ckpt verify`
-/// does not notice (it does not check a started call's `before` blobs).
+/// reboot, `BlobStore::put_slice` found a blob of the right size, and
+/// `settle` synced it and marked it 0600 without re-hashing it: the next
+/// pre hook over that file exited 0 naming the damaged blob as the
+/// file's before version (the user's bytes were then nowhere), and `ckpt
+/// recover` exited 1 with `blob_hash_mismatch` on every run.
 /// This test builds that crash state directly (no strace needed) and
-/// asserts what should happen; it fails until the store re-hashes (or
-/// replaces) an in-flight blob before trusting it.
+/// asserts what must happen; it failed before the fix.
 #[test]
-#[ignore = "known durability bug: an in-flight blob is trusted by its size after a power loss"]
-fn known_bug_in_flight_blob_is_trusted_by_its_size() {
+fn in_flight_blob_is_rehashed_before_it_is_trusted() {
     let env = TestEnv::init();
     let before = lines("alpha", 80);
     env.write("a.txt", before.as_bytes());
@@ -824,5 +798,11 @@ fn known_bug_in_flight_blob_is_trusted_by_its_size() {
         pre.code != 0 || ckpt::ContentHash::of(&stored) == ckpt::ContentHash::of(after.as_bytes()),
         "the pre hook acknowledged the call (exit 0) with a.txt's before version stored as {} zero bytes",
         stored.len()
+    );
+    let v = env.ckpt(&["verify"]);
+    assert_eq!(
+        v.code, 0,
+        "verify after the repaired blob: {}{}",
+        v.stdout, v.stderr
     );
 }
