@@ -492,10 +492,6 @@ struct Report {
     verify_failed_first: std::collections::BTreeMap<String, usize>,
 }
 
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
-}
-
 fn stable_hash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
