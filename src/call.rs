@@ -403,6 +403,7 @@ impl Workspace {
                 subagent: None,
                 before: vec![],
                 unrecorded: Vec::new(),
+                outcome_unknown: false,
             }),
         ))?;
         Ok(CallHandle {

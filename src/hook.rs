@@ -133,6 +133,11 @@ struct CallState {
     /// changed, so `recover` decides): not running, even if the agent is.
     #[serde(default)]
     turn_ended: bool,
+    /// Its effects reach outside the workspace (side effects other than
+    /// `fs`) and running it twice is not the same as once: closed without
+    /// its post, its outcome is unknown.
+    #[serde(default)]
+    outside: bool,
 }
 
 fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
@@ -484,6 +489,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     } else {
         ev.side_effects.clone()
     };
+    let outside = idempotency != Idempotency::Idempotent && side_effects.iter().any(|e| e != "fs");
     drafts.push(Draft::in_session(
         ev.session.clone(),
         Body::ToolCall(ToolCall {
@@ -514,6 +520,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
                 })
                 .collect(),
             unrecorded: Vec::new(),
+            outcome_unknown: false,
         }),
     ));
     if scan {
@@ -533,6 +540,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         proc: ev.owner,
         agent: Some(ev.format.as_str().to_string()),
         turn_ended: false,
+        outside,
     };
     write_json(&calls_dir(ws)?, &format!("{key}.json"), &state)?;
     Ok(HookStats {
@@ -880,6 +888,7 @@ fn post_with(
             paths: before.iter().map(|(p, _)| p.clone()).collect(),
             agent: Some(ev.format.as_str().to_string()),
             unrecorded,
+            outcome_unknown: ev.outcome_unknown,
             ..end
         }),
     ));
@@ -1212,7 +1221,14 @@ pub fn close_open_calls(
             Capture::Skip
         };
         ev.outcome = Some(Outcome::Failed);
-        ev.error = Some(error);
+        ev.error = Some(if st.outside {
+            format!(
+                "{error}; it reaches outside the workspace, and whether it did is unknown: check before running it again"
+            )
+        } else {
+            error
+        });
+        ev.outcome_unknown = st.outside;
         let (call, tool) = (st.call.clone(), st.tool.clone());
         let stats = with_sync_set(|| post_with(ws, cfg, &ev, call.clone(), &key, Some(st)))?;
         out.push(ClosedCall {

@@ -251,6 +251,12 @@ pub struct ToolCall {
     /// rollback can undo them (RELIABILITY F47).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unrecorded: Vec<Unrecorded>,
+    /// On an end ckpt wrote for a call cut short (no after-event came) whose
+    /// effects reach outside the workspace (side effects other than `fs`,
+    /// not idempotent): whether those effects happened is unknown, so
+    /// recovery reports the call uncertain, not failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outcome_unknown: bool,
 }
 
 /// A subagent of the session (`tool_call.subagent`).
@@ -286,6 +292,7 @@ impl ToolCall {
             subagent: None,
             before: Vec::new(),
             unrecorded: Vec::new(),
+            outcome_unknown: false,
         }
     }
 }

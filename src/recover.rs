@@ -300,6 +300,14 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
                     continue;
                 }
             }
+            CallStatus::Failed if ci.last.outcome_unknown => {
+                // Closed by ckpt without its after-event, and its effects
+                // reach outside the workspace: in doubt, not failed.
+                v.status = "uncertain";
+                v.evidence = Some("outcome_unknown");
+                v.replay = replay_for(ci.first, false, false);
+                v.needs_person = v.replay != "auto";
+            }
             CallStatus::Failed => {
                 v.status = "failed";
                 v.replay = replay_for(ci.first, false, true);
@@ -613,6 +621,7 @@ fn check_uncertain(
                 subagent: None,
                 before: Vec::new(),
                 unrecorded: Vec::new(),
+                outcome_unknown: false,
             }),
         )
     };

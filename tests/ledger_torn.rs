@@ -28,6 +28,7 @@ pub fn call_record(i: usize) -> Draft {
             subagent: None,
             before: vec![],
             unrecorded: vec![],
+            outcome_unknown: false,
         }),
     )
 }

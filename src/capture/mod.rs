@@ -353,6 +353,10 @@ pub struct HookEvent {
     /// from the payload): a call whose agent is gone can be closed from what
     /// is on disk (see [`crate::procs`]).
     pub owner: Option<crate::procs::ProcId>,
+    /// Set by ckpt (never read from a payload) on the after-event it makes
+    /// for a call cut short whose effects reach outside the workspace: its
+    /// end says their outcome is unknown.
+    pub outcome_unknown: bool,
 }
 
 impl HookEvent {
@@ -383,6 +387,7 @@ impl HookEvent {
             side_effects: Vec::new(),
             compensation: None,
             owner: None,
+            outcome_unknown: false,
         }
     }
 

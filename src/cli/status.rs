@@ -50,7 +50,14 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
                 call_of.insert(&p.patch, &p.call);
             }
             Body::ToolCall(c) => {
-                calls.insert(c.call.clone(), (c.tool.clone(), c.status));
+                // An end ckpt wrote without knowing the outcome leaves the
+                // call in doubt, as `recover` reports it.
+                let status = if c.outcome_unknown {
+                    CallStatus::Started
+                } else {
+                    c.status
+                };
+                calls.insert(c.call.clone(), (c.tool.clone(), status));
             }
             Body::Conflict(c) => {
                 conflicts.insert(c.conflict.clone(), c.resolution);
