@@ -280,7 +280,7 @@ fn parse_hook_fast(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option
 /// is not a visible subcommand).
 fn one_subcommand(name: &str) -> Option<clap::Command> {
     type Augment = fn(clap::Command) -> clap::Command;
-    const ALL: [(&str, Augment); 21] = [
+    const ALL: [(&str, Augment); 22] = [
         ("init", init::Args::augment_args),
         ("checkpoint", checkpoint::Args::augment_args),
         ("log", log::Args::augment_args),
@@ -300,6 +300,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         ("doctor", doctor::Args::augment_args),
         ("repair", repair::Args::augment_args),
         ("demo", demo::Args::augment_args),
+        ("scenario", scenario::Args::augment_args),
         ("hook", hook::Args::augment_args),
         ("exec", exec::Args::augment_args),
     ];
@@ -548,6 +549,8 @@ mod tests {
             "recover",
             "verify --json",
             "demo",
+            "scenario run a.toml --junit r.xml -j 2 --crash-each-write",
+            "scenario",
             "hook pre --format generic --json",
             "hook sideways",
             "exec --session s -- echo hi",

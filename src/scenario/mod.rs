@@ -124,6 +124,9 @@ pub enum StepKind {
         args: Vec<String>,
         /// `crash = "<failpoint>"`: ckpt is killed there (it must get there).
         crash: Option<String>,
+        /// `save = { name = "json.path" }`: a value of its `--json` output
+        /// that later steps name `@name` (an action or conflict id).
+        save: Vec<(String, String)>,
         /// What must hold.
         expect: RunExpect,
     },

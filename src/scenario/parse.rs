@@ -109,13 +109,18 @@ pub fn parse_str(file: &Path, text: &str) -> Result<Scenario, ScenarioError> {
     };
     let mut names = Vec::new();
     for s in &steps {
-        if let StepKind::Checkpoint { name, .. } = &s.kind {
+        let (key, mine): (&str, Vec<&String>) = match &s.kind {
+            StepKind::Checkpoint { name, .. } => ("checkpoint", vec![name]),
+            StepKind::Run { save, .. } => ("save", save.iter().map(|(n, _)| n).collect()),
+            _ => continue,
+        };
+        for name in mine {
             if names.contains(name) {
                 return Err(ScenarioError {
                     file: file.to_path_buf(),
                     line: s.line,
-                    key: "checkpoint".into(),
-                    message: format!("the checkpoint name `{name}` is used twice"),
+                    key: key.into(),
+                    message: format!("the name `@{name}` is given twice"),
                 });
             }
             names.push(name.clone());
@@ -566,7 +571,7 @@ impl Reader<'_> {
                 }
             }
             "run" => {
-                self.only(t, &key, &["run", "crash", "expect"])?;
+                self.only(t, &key, &["run", "crash", "save", "expect"])?;
                 let r = get(t, "run").expect("present");
                 let line = self.string(r, &k("run"))?;
                 let words = split_words(&line).map_err(|m| self.err(r, &k("run"), m))?;
@@ -597,9 +602,29 @@ impl Reader<'_> {
                         Ok(fp)
                     })
                     .transpose()?;
+                let mut save = Vec::new();
+                if let Some(sv) = get(t, "save") {
+                    for (name, path) in self.table(sv, &k("save"))? {
+                        let key = join(&k("save"), name.get_ref());
+                        let n = name.get_ref().to_string();
+                        if n.is_empty()
+                            || !n
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+                        {
+                            return Err(self.err(
+                                name,
+                                &key,
+                                "a name of letters, digits, `_`, `.`, `-`",
+                            ));
+                        }
+                        save.push((n, self.string(path, &key)?));
+                    }
+                }
                 StepKind::Run {
                     args,
                     crash,
+                    save,
                     expect,
                 }
             }

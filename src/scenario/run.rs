@@ -258,6 +258,12 @@ struct Kept {
     bytes: Vec<u8>,
 }
 
+struct Cut {
+    call: Option<String>,
+    files: HashMap<String, Vec<u8>>,
+    seq: u64,
+}
+
 struct Play<'a> {
     sc: &'a Scenario,
     opts: &'a Options,
@@ -272,6 +278,9 @@ struct Play<'a> {
     crash_at: Option<CrashAt>,
     /// Versions replaced by agents and ckpt (crash mode only).
     kept: Vec<Kept>,
+    /// The tool call a crash cut short, with the files and the ledger's
+    /// last seq before its step.
+    cut: Option<Cut>,
     step: Option<usize>,
     line: usize,
 }
@@ -294,6 +303,7 @@ pub fn play(sc: &Scenario, opts: &Options, crash_at: Option<CrashAt>) -> Played 
         own_crashes: Vec::new(),
         crash_at,
         kept: Vec::new(),
+        cut: None,
         step: None,
         line: 0,
     };
@@ -637,8 +647,30 @@ impl Play<'_> {
             self.step = Some(i + 1);
             self.line = step.line;
             let before = self.crash_at.is_some().then(|| snapshot(&self.ws));
+            let seq = if self.crash_at.is_some() {
+                ledger(&self.ws)
+                    .iter()
+                    .filter_map(|r| r["seq"].as_u64())
+                    .max()
+                    .unwrap_or(0)
+            } else {
+                0
+            };
             let user = matches!(step.kind, StepKind::User { .. } | StepKind::Tamper { .. });
             let r = self.one_step(&step.kind);
+            if let (Err(Stop::Crashed(_)), StepKind::Tool(t), Some(files)) =
+                (&r, &step.kind, &before)
+            {
+                // Gemini's calls have no id of the agent's: ckpt makes one.
+                let call = (t.who.agent != super::Agent::Gemini
+                    && !(t.who.agent == super::Agent::Cursor && payload::is_shell(&t.tool)))
+                .then(|| t.call.clone());
+                self.cut = Some(Cut {
+                    call,
+                    files: files.clone(),
+                    seq,
+                });
+            }
             if let Some(before) = before
                 && !user
             {
@@ -690,13 +722,16 @@ impl Play<'_> {
             StepKind::Run {
                 args,
                 crash,
+                save,
                 expect,
             } => {
                 let mut args = args
                     .iter()
                     .map(|a| self.substitute(a))
                     .collect::<Result<Vec<_>, _>>()?;
-                if expect.json.is_some() && !args.iter().any(|a| a == "--json") {
+                if (expect.json.is_some() || !save.is_empty())
+                    && !args.iter().any(|a| a == "--json")
+                {
                     args.push("--json".into());
                 }
                 let ran = self.direct_crashing(&args, true, crash.as_deref())?;
@@ -707,7 +742,10 @@ impl Play<'_> {
                         format!("it never got there ({})", ran.describe()),
                     )),
                     Some(_) => Ok(()),
-                    None => self.check_run(expect, &ran, ""),
+                    None => {
+                        self.check_run(expect, &ran, "")?;
+                        self.save(save, &ran)
+                    }
                 }
             }
             StepKind::Tamper { path, change } => self.user(path, change),
@@ -732,7 +770,41 @@ impl Play<'_> {
         Ok(())
     }
 
-    /// `@name` → the checkpoint's id.
+    /// Keeps values of a run's JSON output for `@name`.
+    fn save(&mut self, save: &[(String, String)], ran: &Ran) -> Result<(), Stop> {
+        if save.is_empty() {
+            return Ok(());
+        }
+        let doc: Value = serde_json::from_str(&ran.stdout).map_err(|e| {
+            self.fail(
+                "save",
+                "a JSON document on stdout",
+                format!("{e}: {}", short(&ran.stdout)),
+            )
+        })?;
+        for (name, path) in save {
+            let v = lookup(&doc, path).and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            });
+            match v {
+                Some(v) => {
+                    self.checkpoints.insert(name.clone(), v);
+                }
+                None => {
+                    return Err(self.fail(
+                        format!("save.{name}"),
+                        format!("a string or number at `{path}`"),
+                        short(&doc.to_string()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `@name` → the checkpoint's id (or a saved value).
     fn substitute(&self, arg: &str) -> Result<String, Stop> {
         let mut out = String::new();
         let mut rest = arg;
@@ -1187,8 +1259,9 @@ impl Play<'_> {
         };
         let recover = run(self, &["recover", "--json"]);
         let verify = run(self, &["verify", "--json"]);
+        // Exit 5 is an answer: something a crash cut short needs a person.
         if let Some(r) = &recover
-            && r.code != Some(0)
+            && !(matches!(r.code, Some(0 | 5)) && serde_json::from_str::<Value>(&r.stdout).is_ok())
         {
             broken.push(format!(
                 "ckpt recover: {} ({})",
@@ -1206,6 +1279,83 @@ impl Play<'_> {
             ));
         }
         broken.extend(self.lost_versions());
+        broken.extend(self.cut_short());
+        broken
+    }
+
+    /// The call a crash cut short must be recorded as what the disk shows:
+    /// once ckpt knew of it (its `started` record is in the ledger), every
+    /// file its step changed has a patch of that call ending in the bytes on
+    /// disk, and no patch of it claims bytes the disk does not hold.
+    fn cut_short(&self) -> Vec<String> {
+        let Some(cut) = &self.cut else {
+            return Vec::new();
+        };
+        let records: Vec<Value> = ledger(&self.ws)
+            .into_iter()
+            .filter(|r| r["seq"].as_u64().is_some_and(|s| s > cut.seq))
+            .collect();
+        let of_call = |r: &Value| match &cut.call {
+            Some(c) => r["call"].as_str() == Some(c.as_str()),
+            None => true,
+        };
+        let started = records
+            .iter()
+            .any(|r| r["kind"] == "tool_call" && r["status"] == "started" && of_call(r));
+        if !started {
+            return Vec::new();
+        }
+        let name = cut.call.as_deref().unwrap_or("the call");
+        let now = snapshot(&self.ws);
+        let disk_hash = |p: &str| {
+            now.get(p)
+                .map(|b| format!("sha256:{}", ContentHash::of(b).hex()))
+        };
+        let patches: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "file_patch" && of_call(r))
+            .collect();
+        let mut broken = Vec::new();
+        let mut paths: Vec<&String> = cut.files.keys().chain(now.keys()).collect();
+        paths.sort();
+        paths.dedup();
+        for p in paths {
+            if cut.files.get(p) == now.get(p) {
+                continue;
+            }
+            let want = disk_hash(p);
+            let last = patches
+                .iter()
+                .rev()
+                .find(|r| r["path"].as_str() == Some(p.as_str()));
+            let got = last.map(|r| r["after_hash"].as_str().map(str::to_string));
+            if got != Some(want.clone()) {
+                broken.push(format!(
+                    "{name} changed {p} before the crash, but after recover the ledger {}",
+                    match got {
+                        None => "has no patch of it for that file".to_string(),
+                        Some(h) => format!(
+                            "says it left {} where the disk holds {}",
+                            h.as_deref().unwrap_or("no file"),
+                            want.as_deref().unwrap_or("no file")
+                        ),
+                    }
+                ));
+            }
+        }
+        for r in &patches {
+            let Some(p) = r["path"].as_str() else {
+                continue;
+            };
+            if cut.files.get(p) == now.get(p)
+                && r["after_hash"].as_str().map(str::to_string) != disk_hash(p)
+            {
+                broken.push(format!(
+                    "{name} did not change {p}, yet the ledger has a patch of it for that file ({})",
+                    r["patch"].as_str().unwrap_or("?")
+                ));
+            }
+        }
         broken
     }
 
@@ -1311,6 +1461,35 @@ pub fn crash_each_write(sc: &Scenario, opts: &Options, normal: &Played) -> Crash
         }
     }
     report
+}
+
+/// The value at `a.b[0].c` in `doc`.
+fn lookup<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut v = doc;
+    for part in path.split('.') {
+        let (key, idx) = match part.split_once('[') {
+            Some((k, rest)) => (k, Some(rest.strip_suffix(']')?.parse::<usize>().ok()?)),
+            None => (part, None),
+        };
+        if !key.is_empty() {
+            v = v.get(key)?;
+        }
+        if let Some(i) = idx {
+            v = v.get(i)?;
+        }
+    }
+    Some(v)
+}
+
+/// The ledger's readable records (a torn or damaged line is skipped).
+fn ledger(ws: &Path) -> Vec<Value> {
+    std::fs::read(ws.join(".agent-runtime/ledger.jsonl"))
+        .map(|b| {
+            b.split(|&c| c == b'\n')
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Every regular file under `ws` but `.git/` and `.agent-runtime/`, by relative path.
