@@ -40,6 +40,7 @@ fn record(i: usize) -> Draft {
             subagent: None,
             before: vec![],
             unrecorded: vec![],
+            outcome_unknown: false,
         }),
     )
 }
