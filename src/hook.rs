@@ -512,11 +512,16 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
             before: snaps
                 .iter()
                 .zip(&predicted)
-                .map(|((p, s), e)| crate::record::PathHash {
+                .zip(&targets)
+                .map(|(((p, s), e), (_, role))| crate::record::PathHash {
                     path: p.clone(),
                     hash: s.hash,
                     mode: s.mode.map(crate::record::file_mode_string),
                     expected: *e,
+                    expected_absent: matches!(
+                        role,
+                        capture::TargetRole::Delete | capture::TargetRole::MoveFrom
+                    ),
                 })
                 .collect(),
             unrecorded: Vec::new(),
@@ -767,7 +772,7 @@ fn post_with(
     // The scan's new snapshot, saved while the patches are made.
     let mut saving = crate::scan::Saving::default();
     if state.as_ref().is_some_and(|s| s.scan) {
-        match crate::scan::take_for_call(ws, key) {
+        match crate::scan::load_for_call(ws, key) {
             Some(pre_snap) => {
                 // Many files: write blobs and patches unsynced, then flush them
                 // all with one syncfs before the records that name them.
@@ -906,6 +911,9 @@ fn post_with(
         format!("{key}.json").as_str(),
         rustix::fs::AtFlags::empty(),
     );
+    if state.as_ref().is_some_and(|s| s.scan) {
+        crate::scan::forget_call(ws, key);
+    }
     Ok(HookStats {
         call: Some(call),
         patches,

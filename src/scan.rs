@@ -1108,15 +1108,28 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
     Ok(snap)
 }
 
-/// Loads (and removes) a call's pre snapshot.
-pub fn take_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
+/// Loads a call's pre snapshot. It stays until [`forget_call`] (after the
+/// records of the call's end are appended): a post killed before them
+/// leaves it for the close that records the call from the disk.
+pub fn load_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
     let dir = index_dir(ws).ok()?;
     let calls = fs_util::open_dir(dir.as_fd(), "calls").ok()?;
-    let name = format!("{key}.bin");
-    let s = load(&calls, &name);
+    let s = load(&calls, &format!("{key}.bin"));
     crate::timing("scan: call's snapshot loaded");
-    let _ = rustix::fs::unlinkat(&calls, name.as_str(), rustix::fs::AtFlags::empty());
     s
+}
+
+/// Removes a call's pre snapshot once its end is recorded.
+pub fn forget_call(ws: &Workspace, key: &str) {
+    if let Ok(dir) = index_dir(ws)
+        && let Ok(calls) = fs_util::open_dir(dir.as_fd(), "calls")
+    {
+        let _ = rustix::fs::unlinkat(
+            &calls,
+            format!("{key}.bin").as_str(),
+            rustix::fs::AtFlags::empty(),
+        );
+    }
 }
 
 /// What a call changed, as [`post`] found it.

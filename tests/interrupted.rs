@@ -55,6 +55,44 @@ fn patches_of(env: &TestEnv, call: &str) -> Vec<String> {
         .collect()
 }
 
+/// ckpt killed inside a shell call's post (at its first write point), then
+/// the agent gone: the call's changes are still found from its pre
+/// snapshot. Before, the post removed that snapshot as it loaded it, so the
+/// close had nothing to compare with: the change stayed nobody's and
+/// `rollback --call` left it.
+#[test]
+fn a_shell_post_killed_midway_leaves_its_snapshot_for_the_close() {
+    let env = TestEnv::init();
+    env.write("keep.txt", b"mine\n");
+    let mut a = agent();
+    let pid = a.id().to_string();
+    let input = json!({"command": "make gen"});
+    let r = hook(
+        &env,
+        "pre",
+        &claude("PreToolUse", "c1", "Bash", input.clone()),
+        &[("CKPT_AGENT_PID", &pid)],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    env.write("gen.txt", b"generated\n");
+    let r = hook(
+        &env,
+        "post",
+        &claude("PostToolUse", "c1", "Bash", input),
+        &[("CKPT_AGENT_PID", &pid), ("CKPT_FAILPOINTS", "*=1*abort")],
+    );
+    assert_ne!(r.code, 0, "the post was killed: {}", r.stderr);
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let r = env.ckpt(&["--json", "recover"]);
+    assert!(r.code == 0 || r.code == 5, "{}{}", r.stdout, r.stderr);
+    assert_eq!(patches_of(&env, "c1"), ["gen.txt"]);
+    let r = env.ckpt(&["rollback", "--call", "c1"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(!env.ws.join("gen.txt").exists());
+    assert_eq!(std::fs::read(env.ws.join("keep.txt")).unwrap(), b"mine\n");
+}
+
 /// Before: `recover` said "effects unknown" (exit 5) and `rollback --call`
 /// found nothing, leaving the file the cut-short command wrote.
 #[test]
