@@ -287,6 +287,7 @@ fn main() {
                     hash: Some(h),
                     mode: Some("100644".into()),
                     expected: Some(h),
+                    expected_absent: false,
                 }];
             }
             let mut done = record(i);
@@ -332,6 +333,7 @@ fn main() {
                 hash: Some(h),
                 mode: Some("100644".into()),
                 expected: Some(ContentHash::of(b"ALPHA\n")),
+                expected_absent: false,
             }];
         }
         batch.push(cut);

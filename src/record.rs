@@ -324,6 +324,10 @@ pub struct PathHash {
     /// content) — what recovery compares the disk with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<ContentHash>,
+    /// At a call's `started`: the call removes the file (`*** Delete File:`,
+    /// the source of a move), so once it is done the path is absent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expected_absent: bool,
 }
 
 /// What a patch did to its path.

@@ -544,7 +544,8 @@ fn check_uncertain(
     for b in &started.before {
         let obs = writeback::observe(ws, &b.path, 0)?;
         let cur = obs.state.hash;
-        let applied = b.expected.is_some() && cur == b.expected;
+        let applied =
+            (b.expected.is_some() && cur == b.expected) || (b.expected_absent && cur.is_none());
         let unchanged = cur == b.hash;
         let verdict = if applied {
             "applied"

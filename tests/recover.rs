@@ -265,6 +265,43 @@ fn t14_started_only_with_predicted_after_is_applied_and_recorded() {
     verify_ok(&env);
 }
 
+/// A Codex `apply_patch` cut short after it ran: the file it deletes is
+/// gone, as the patch says. Before, the deleted path counted as "no
+/// prediction" (an absent after looked like an unknown one), so recover
+/// called the whole call diverged and raised a conflict for a done delete.
+#[test]
+fn a_cut_short_patch_whose_delete_is_done_is_applied() {
+    let env = TestEnv::init();
+    env.write("old.txt", b"obsolete\n");
+    env.write("lib.rs", b"mod a;\n");
+    let patch = "*** Begin Patch\n*** Update File: lib.rs\n@@\n mod a;\n+mod b;\n*** Delete File: old.txt\n*** End Patch\n";
+    let v = json!({"hook_event_name": "PreToolUse", "session_id": "s1", "tool_use_id": "p1",
+        "tool_name": "apply_patch", "tool_input": {"command": patch}, "turn_id": "t",
+        "cwd": env.ws.to_str().unwrap()});
+    let r = crate::common::run_with_stdin(
+        &env,
+        &["hook", "pre", "--format", "codex"],
+        v.to_string().as_bytes(),
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::remove_file(env.ws.join("old.txt")).unwrap();
+    env.write("lib.rs", b"mod a;\nmod b;\n");
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    let c = call(&v, "p1");
+    assert_eq!(c["evidence"], "applied", "{c}");
+    assert_eq!(statuses(&env, "p1"), ["started", "succeeded"]);
+    let r = env.ckpt(&["rollback", "--call", "p1"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        std::fs::read(env.ws.join("old.txt")).unwrap(),
+        b"obsolete\n"
+    );
+    assert_eq!(std::fs::read(env.ws.join("lib.rs")).unwrap(), b"mod a;\n");
+    verify_ok(&env);
+}
+
 /// Row 7: started only, file neither base nor predicted (or missing) →
 /// uncertain, conflict, never rolled back, exit 5.
 #[test]
