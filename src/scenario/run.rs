@@ -281,6 +281,9 @@ struct Play<'a> {
     /// The tool call a crash cut short, with the files and the ledger's
     /// last seq before its step.
     cut: Option<Cut>,
+    /// A `tamper` step damaged ckpt's files and no `ckpt repair` has run
+    /// since: commands refusing to act then are right.
+    damaged: bool,
     step: Option<usize>,
     line: usize,
 }
@@ -304,6 +307,7 @@ pub fn play(sc: &Scenario, opts: &Options, crash_at: Option<CrashAt>) -> Played 
         crash_at,
         kept: Vec::new(),
         cut: None,
+        damaged: false,
         step: None,
         line: 0,
     };
@@ -743,12 +747,18 @@ impl Play<'_> {
                     )),
                     Some(_) => Ok(()),
                     None => {
+                        if args.first().is_some_and(|a| a == "repair") && ran.code == Some(0) {
+                            self.damaged = false;
+                        }
                         self.check_run(expect, &ran, "")?;
                         self.save(save, &ran)
                     }
                 }
             }
-            StepKind::Tamper { path, change } => self.user(path, change),
+            StepKind::Tamper { path, change } => {
+                self.damaged = true;
+                self.user(path, change)
+            }
             StepKind::Prompt { text, who } => self.session_hook(who, "prompt", text),
             StepKind::SessionStart { source, who } => {
                 self.session_hook(who, "session-start", source)
@@ -1259,6 +1269,12 @@ impl Play<'_> {
         };
         let recover = run(self, &["recover", "--json"]);
         let verify = run(self, &["verify", "--json"]);
+        if self.damaged {
+            // The story damaged the history itself: refusing is the answer
+            // until `ckpt repair`; what must still hold is that nothing is lost.
+            broken.extend(self.lost_versions());
+            return broken;
+        }
         // Exit 5 is an answer: something a crash cut short needs a person.
         if let Some(r) = &recover
             && !(matches!(r.code, Some(0 | 5)) && serde_json::from_str::<Value>(&r.stdout).is_ok())
@@ -1286,7 +1302,8 @@ impl Play<'_> {
     /// The call a crash cut short must be recorded as what the disk shows:
     /// once ckpt knew of it (its `started` record is in the ledger), every
     /// file its step changed has a patch of that call ending in the bytes on
-    /// disk, and no patch of it claims bytes the disk does not hold.
+    /// disk (or a conflict for a person, when ckpt cannot tell who changed
+    /// it), and no patch of it claims bytes the disk does not hold.
     fn cut_short(&self) -> Vec<String> {
         let Some(cut) = &self.cut else {
             return Vec::new();
@@ -1324,6 +1341,14 @@ impl Play<'_> {
                 continue;
             }
             let want = disk_hash(p);
+            // Changed, but not to what the input predicts (or nothing
+            // predicted it): a conflict for a person is an answer too.
+            let raised = records
+                .iter()
+                .any(|r| r["kind"] == "conflict" && r["path"].as_str() == Some(p.as_str()));
+            if raised {
+                continue;
+            }
             let last = patches
                 .iter()
                 .rev()
