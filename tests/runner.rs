@@ -24,6 +24,7 @@ mod repair;
 mod rollback;
 mod rollback_compose;
 mod rollback_props;
+mod scenario;
 mod secrets;
 mod session;
 mod shell;

@@ -22,6 +22,8 @@ pub struct Args {
 enum Sub {
     /// Play scenario files (or directories of *.toml files), each in a scratch workspace
     Run(RunArgs),
+    /// Write this workspace's recorded story as a scenario that replays it
+    Record(RecordArgs),
     /// The agent stand-in a scenario's hooks run under (started by `scenario run`)
     #[command(hide = true)]
     Agent,
@@ -49,7 +51,20 @@ struct RunArgs {
     scratch: Option<PathBuf>,
 }
 
-pub fn run(ui: &mut Ui, _ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+#[derive(clap::Args, Debug)]
+struct RecordArgs {
+    /// Only the story after this checkpoint (default: the whole ledger)
+    #[arg(long, value_name = "CKPT")]
+    since: Option<String>,
+    /// Write the scenario here (default: stdout)
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The scenario's name (default: the output file's stem, else "recorded")
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+}
+
+pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     match &args.command {
         Sub::Agent => {
             let stdin = std::io::stdin();
@@ -58,7 +73,45 @@ pub fn run(ui: &mut Ui, _ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             Ok(OK)
         }
         Sub::Run(a) => run_all(ui, a),
+        Sub::Record(a) => record(ui, ctx, a),
     }
+}
+
+fn record(ui: &mut Ui, ctx: &Ctx, a: &RecordArgs) -> Result<i32, CommandError> {
+    let ws = ctx.open_read_only()?;
+    let name = a.name.clone().unwrap_or_else(|| {
+        a.output
+            .as_ref()
+            .and_then(|o| o.file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "recorded".into())
+    });
+    let r = scenario::record::record(&ws, a.since.as_deref(), &name)?;
+    for s in &r.skipped {
+        super::ui::note(&format!("note: {s}"));
+    }
+    match &a.output {
+        Some(path) => {
+            std::fs::write(path, &r.text).map_err(|e| {
+                CommandError::new(ERROR, format!("cannot write `{}`: {e}", path.display()))
+            })?;
+            if ui.json {
+                ui.json(&json!({"file": path.display().to_string(), "steps": r.steps, "not_replayed": r.skipped}))?;
+            } else {
+                ui.line(&format!(
+                    "wrote {}: {} steps; replay it with `ckpt scenario run {}`",
+                    path.display(),
+                    r.steps,
+                    path.display()
+                ))?;
+            }
+        }
+        None if ui.json => {
+            ui.json(&json!({"scenario": r.text, "steps": r.steps, "not_replayed": r.skipped}))?;
+        }
+        None => ui.out().write_all(r.text.as_bytes())?,
+    }
+    Ok(OK)
 }
 
 struct Result1 {

@@ -7,11 +7,13 @@
 //!   the line and the key);
 //! - [`payload`] writes each agent's hook payloads for a tool step;
 //! - [`run`] plays one scenario, or one crash of it (`--crash-each-write`);
+//! - [`record`] writes a workspace's recorded story as a scenario;
 //! - [`junit`] renders results as JUnit XML.
 
 pub mod junit;
 pub mod parse;
 pub mod payload;
+pub mod record;
 pub mod run;
 
 use std::path::{Path, PathBuf};

@@ -1349,11 +1349,17 @@ impl Play<'_> {
             if raised {
                 continue;
             }
-            let last = patches
-                .iter()
-                .rev()
-                .find(|r| r["path"].as_str() == Some(p.as_str()));
-            let got = last.map(|r| r["after_hash"].as_str().map(str::to_string));
+            // A rename's patch names the new path and, as `from_path`, the
+            // old one, which it leaves absent.
+            let got = patches.iter().rev().find_map(|r| {
+                if r["path"].as_str() == Some(p.as_str()) {
+                    Some(r["after_hash"].as_str().map(str::to_string))
+                } else if r["from_path"].as_str() == Some(p.as_str()) {
+                    Some(None)
+                } else {
+                    None
+                }
+            });
             if got != Some(want.clone()) {
                 broken.push(format!(
                     "{name} changed {p} before the crash, but after recover the ledger {}",
