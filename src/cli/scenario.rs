@@ -135,9 +135,18 @@ fn run_all(ui: &mut Ui, a: &RunArgs) -> Result<i32, CommandError> {
     let bin = std::env::current_exe().map_err(|e| {
         CommandError::new(ERROR, format!("cannot find the ckpt binary that runs: {e}"))
     })?;
-    let mut opts = run::Options::new(bin);
+    let scratch = a.scratch.clone().unwrap_or_else(std::env::temp_dir);
+    let mut opts = run::Options::new(bin, scratch);
     opts.keep = a.keep;
-    opts.scratch = a.scratch.clone();
+    // The caller's ckpt settings stay out of the scenarios' processes
+    // (`CKPT_TEST_FSYNC=0` is kept: it only makes them faster).
+    opts.clear_env = std::env::vars_os()
+        .map(|(k, _)| k)
+        .filter(|k| {
+            k.to_str()
+                .is_some_and(|k| k.starts_with("CKPT_") && k != "CKPT_TEST_FSYNC")
+        })
+        .collect();
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result1>>> =

@@ -36,8 +36,11 @@ use crate::hash::ContentHash;
 pub struct Options {
     /// The ckpt binary every step runs.
     pub bin: PathBuf,
-    /// Where scratch directories go (the system's temp directory by default).
-    pub scratch: Option<PathBuf>,
+    /// Where scratch directories go.
+    pub scratch: PathBuf,
+    /// Variables of the caller's environment its processes must not see
+    /// (the caller's `CKPT_*` settings: the library reads no environment).
+    pub clear_env: Vec<std::ffi::OsString>,
     /// Keep the scratch directory of a failing scenario.
     pub keep: bool,
     /// The longest any one process may take.
@@ -45,11 +48,12 @@ pub struct Options {
 }
 
 impl Options {
-    /// Options with the defaults: temp scratch, not kept, 60 s a process.
-    pub fn new(bin: PathBuf) -> Options {
+    /// Options with the defaults: not kept, 60 s a process.
+    pub fn new(bin: PathBuf, scratch: PathBuf) -> Options {
         Options {
             bin,
-            scratch: None,
+            scratch,
+            clear_env: Vec::new(),
             keep: false,
             timeout: Duration::from_secs(60),
         }
@@ -291,8 +295,9 @@ struct Play<'a> {
 /// Plays `sc` once; with `crash_at`, stops at that crash and checks what must
 /// hold after it.
 pub fn play(sc: &Scenario, opts: &Options, crash_at: Option<CrashAt>) -> Played {
-    let base = opts.scratch.clone().unwrap_or_else(std::env::temp_dir);
-    let root = base.join(format!("ckpt-scenario-{}", crate::fs_util::temp_name("")));
+    let root = opts
+        .scratch
+        .join(format!("ckpt-scenario-{}", crate::fs_util::temp_name("")));
     let mut p = Play {
         sc,
         opts,
@@ -452,15 +457,10 @@ impl Play<'_> {
     }
 
     /// The environment every process gets: HOME in the scratch directory,
-    /// and none of the caller's `CKPT_*` settings but `CKPT_TEST_FSYNC`.
+    /// without the variables [`Options::clear_env`] names.
     fn env(&self, cmd: &mut Command) {
-        for (k, _) in std::env::vars_os() {
-            if let Some(k) = k.to_str()
-                && k.starts_with("CKPT_")
-                && k != "CKPT_TEST_FSYNC"
-            {
-                cmd.env_remove(k);
-            }
+        for k in &self.opts.clear_env {
+            cmd.env_remove(k);
         }
         cmd.env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
