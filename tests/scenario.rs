@@ -385,4 +385,42 @@ fn a_recorded_session_replays_green() {
     assert_eq!(r.code, 0, "{}\n{text}", r.stdout);
     let r = scenario_run(&env, &["--crash-each-write", out.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stdout);
+    // From a checkpoint on: the story's start is a checkpoint step, and the
+    // demo's rollback to an older checkpoint becomes one to that start.
+    let mut c = env.command(&["--json", "log"]);
+    c.env("CKPT_WORKSPACE", &demo);
+    let log = crate::common::run(c.output().unwrap()).json();
+    let third = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "checkpoint")
+        .nth(2)
+        .and_then(|r| r["checkpoint"].as_str())
+        .unwrap()
+        .to_string();
+    let since = env.dir.path().join("since.toml");
+    let mut c = env.command(&[
+        "scenario",
+        "record",
+        "--since",
+        &third,
+        "-o",
+        since.to_str().unwrap(),
+    ]);
+    c.env("CKPT_WORKSPACE", &demo);
+    let r = crate::common::run(c.output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&since).unwrap();
+    assert!(
+        text.contains("run = \"ckpt rollback --to @start\""),
+        "{text}"
+    );
+    assert!(text.contains("checkpoint = \"start\""), "{text}");
+    assert!(
+        !text.contains("# before the agent"),
+        "older checkpoints are not in it: {text}"
+    );
+    let r = scenario_run(&env, &[since.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}\n{text}", r.stdout);
 }

@@ -72,7 +72,17 @@ pub fn record(ws: &Workspace, since: Option<&str>, name: &str) -> Result<Recorde
         count: 0,
         skipped: Vec::new(),
         names: HashMap::new(),
+        approximate: Vec::new(),
     };
+    if let Some(id) = since {
+        // The story starts at that checkpoint: rollbacks to it, or to older
+        // ones (not in the story), go to the replay's start.
+        w.names.insert(id.to_string(), "start".into());
+        w.step(
+            "checkpoint = \"start\"\n",
+            Some(&format!("{id}, where the recorded story starts")),
+        );
+    }
     w.play(&story)?;
     // What is on disk now, against what the story last left.
     let mut end = String::new();
@@ -132,6 +142,9 @@ struct Writer<'a> {
     skipped: Vec<String>,
     /// Checkpoint and action ids → the names later steps use.
     names: HashMap<String, String>,
+    /// Rollbacks to a checkpoint before the story, replayed as rollbacks to
+    /// its start: what they wrote is not known to the replay.
+    approximate: Vec<String>,
 }
 
 impl Writer<'_> {
@@ -170,6 +183,9 @@ impl Writer<'_> {
                     let mine = patches.remove(c.call.as_str()).unwrap_or_default();
                     self.call(c, r.session.as_deref(), &mine)?;
                 }
+                Body::FilePatch(p)
+                    if p.source == crate::record::PatchSource::Rollback
+                        && self.approximate.contains(&p.call) => {}
                 Body::FilePatch(p) if p.source == crate::record::PatchSource::Rollback => {
                     // What an action wrote: its `run` step replays it.
                     let before = self.content(p.before_hash, p.before_mode.as_deref())?;
@@ -336,8 +352,18 @@ impl Writer<'_> {
                 .map(|n| format!("@{n}"))
                 .unwrap_or_else(|| id.to_string())
         };
+        let mut approximate = false;
         let args = if let Some(to) = t["to"].as_str() {
-            format!("rollback --to {}", name(&self.names, to))
+            if !self.names.contains_key(to) && self.names.values().any(|n| n == "start") {
+                approximate = true;
+                self.approximate.push(a.action.clone());
+                self.steps.push_str(&format!(
+                    "# was --to {to}, a checkpoint before the recorded story: replayed as a rollback to its start\n"
+                ));
+                "rollback --to @start".to_string()
+            } else {
+                format!("rollback --to {}", name(&self.names, to))
+            }
         } else if let Some(c) = t["call"].as_str() {
             format!("rollback --call {}", shell_quote(c))
         } else if let Some(s) = t["session"].as_str() {
@@ -360,7 +386,12 @@ impl Writer<'_> {
             return Ok(());
         };
         // What it wrote, for the end state.
-        if let Some(files) = a.plan.as_ref().and_then(|p| p["files"].as_array()) {
+        if let Some(files) = a
+            .plan
+            .as_ref()
+            .filter(|_| !approximate)
+            .and_then(|p| p["files"].as_array())
+        {
             for f in files {
                 let (Some(path), Some(result)) = (f["path"].as_str(), f["result"].as_str()) else {
                     continue;

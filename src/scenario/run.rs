@@ -899,8 +899,17 @@ impl Play<'_> {
         let full = self.ws.join(path);
         let what = format!("user edit of {path}");
         let old = std::fs::read(&full);
+        if let (Some(parent), UserChange::Content(_) | UserChange::Append(_)) =
+            (full.parent(), change)
+        {
+            std::fs::create_dir_all(parent).map_err(|e| self.io(&what, e))?;
+        }
         match change {
-            UserChange::Delete => std::fs::remove_file(&full).map_err(|e| self.io(&what, e)),
+            // `delete = true`: the file is gone afterwards (as `rm -f`).
+            UserChange::Delete => match std::fs::remove_file(&full) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(self.io(&what, e)),
+                _ => Ok(()),
+            },
             UserChange::Mode(m) => set_mode(&full, *m).map_err(|e| self.io(&what, e)),
             UserChange::Content(b) => write_keeping_mode(&full, b).map_err(|e| self.io(&what, e)),
             UserChange::Append(b) => {
