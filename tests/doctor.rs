@@ -248,3 +248,54 @@ fn hooks_in_both_files_and_the_last_call_are_reported() {
     assert!(c["last_call_at"].is_string(), "{rep}");
     assert!(agent(&rep, "gemini")["last_call_at"].is_null());
 }
+
+/// `init --hooks` writes plain `ckpt` when `ckpt` on PATH is the binary
+/// running (an install with `cargo install --path .`), else the binary's
+/// absolute path, which `doctor` then finds runnable.
+#[test]
+fn init_writes_plain_ckpt_when_it_is_the_ckpt_on_path() {
+    let env = TestEnv::new();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&env.ws)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    // An installed copy, outside any build directory.
+    let bin = env.dir.path().join("installed");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(crate::common::bin(), bin.join("ckpt")).unwrap();
+    let installed = bin.join("ckpt");
+    let command_in_settings = |path_var: &str| {
+        let out = std::process::Command::new(&installed)
+            .args(["init", "--hooks", "claude"])
+            .env_clear()
+            .env("HOME", &env.home)
+            .env("PATH", path_var)
+            .env("CKPT_WORKSPACE", &env.ws)
+            .current_dir(&env.ws)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s = read_json(&env.ws.join(".claude/settings.local.json"));
+        let cmd = s["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::fs::remove_file(env.ws.join(".claude/settings.local.json")).unwrap();
+        cmd
+    };
+    let system = std::env::var("PATH").unwrap_or_default();
+    let on_path = format!("{}:{system}", bin.display());
+    assert_eq!(command_in_settings(&on_path), "ckpt hook pre");
+    let cmd = command_in_settings(&system);
+    assert_eq!(
+        cmd,
+        format!("{} hook pre", installed.display()),
+        "not on PATH: the absolute path"
+    );
+}

@@ -17,7 +17,7 @@ mkdir -p "$cache/runs"
 
 # 1. ckpt itself (static binary; the harness copies it before using it).
 if [ -z "${CKPT_BIN:-}" ]; then
-  (cd "$repo" && cargo build --release --quiet)
+  (cd "$repo" && cargo build-static --quiet)
   CKPT_BIN=$repo/target/x86_64-unknown-linux-gnu/release/ckpt
 fi
 export CKPT_BIN CKPT_REAL_AGENTS_CACHE=$cache
