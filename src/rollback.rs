@@ -1956,8 +1956,12 @@ pub(crate) fn run_plan_settling(
     let mut plan_value = json!({
         "files": report.files,
         "patches": report.patches,
-        // Before the first directory this action may make (`dirs_since`).
-        "began_ms": ws.clock().now_ms(),
+        // Before the first directory this action may make (`dirs_since`),
+        // by the file system's clock, which dates those directories: the
+        // system clock runs ahead of it by up to a tick, more on a loaded
+        // VM, and a directory this action made then looked older than the
+        // action and stayed (a flaky model-test failure, session 17).
+        "began_ms": crate::scan::fs_now_ms(ws).unwrap_or_else(|| ws.clock().now_ms()),
     });
     if let Some(c) = &settle {
         plan_value["settle"] = json!(c);

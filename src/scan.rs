@@ -359,6 +359,17 @@ fn fs_now(index: &OwnedFd) -> i64 {
     touched.unwrap_or_else(|| now_ns() - RACY_NS)
 }
 
+/// The file system's clock now, in milliseconds (see [`fs_now`]): what a
+/// directory made from here on has for its birth time at the earliest.
+/// `None` when the marker cannot be touched.
+pub(crate) fn fs_now_ms(ws: &Workspace) -> Option<u64> {
+    let index = index_dir(ws).ok()?;
+    let ns = fs_now(&index);
+    // `fs_now` falls back to the wall clock less the racy margin: earlier,
+    // which is the safe side here too.
+    u64::try_from(ns / 1_000_000).ok()
+}
+
 fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
     let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "index")
         .map_err(|e| FsError::new("open", ".agent-runtime/index", e))?;
