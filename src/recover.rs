@@ -147,6 +147,78 @@ fn replay_for(first: &ToolCall, applied_or_done: bool, evidence_ok: bool) -> &'s
     }
 }
 
+/// What a person said of a call in doubt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// It did what it was asked (the publish reached the registry).
+    Succeeded,
+    /// It did not happen, or failed.
+    Failed,
+}
+
+/// `ckpt recover --settle CALL --as succeeded|failed`: a person who checked
+/// a call in doubt (started and never ended, or ended by ckpt with its
+/// outcome unknown) records what happened, so recovery stops asking. The
+/// end record is the person's (`agent: "person"`); nothing is run or undone.
+pub fn settle(ws: &Workspace, call: &str, how: Settled) -> Result<CallStatus, WorkspaceError> {
+    let _lock = ActionLock::take(ws)?;
+    drop(ws.ledger().lock()?);
+    let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
+    let read = ws.read_ledger()?;
+    ws.refuse_damaged(&read, head, "ckpt settles no call", None)?;
+    let (calls, _) = collect_calls(&read.records);
+    let Some((_, ci)) = calls.iter().find(|(id, _)| id == call) else {
+        return Err(WorkspaceError::UnknownId(call.to_string()));
+    };
+    let in_doubt = match ci.last.status {
+        CallStatus::Started => true,
+        CallStatus::Failed => ci.last.outcome_unknown,
+        _ => false,
+    };
+    if !in_doubt {
+        return Err(WorkspaceError::Refused(format!(
+            "call `{call}` is not in doubt (its last record says {}); nothing to settle",
+            serde_json::to_value(ci.last.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        )));
+    }
+    if crate::hook::running_calls(ws).contains(call) {
+        return Err(WorkspaceError::Refused(format!(
+            "call `{call}` is still running under its agent; settle it once the agent is done (or gone)"
+        )));
+    }
+    let started = ci.started.unwrap_or(ci.first);
+    let status = match how {
+        Settled::Succeeded => CallStatus::Succeeded,
+        Settled::Failed => CallStatus::Failed,
+    };
+    let end = ToolCall {
+        step: ci.last.step + 1,
+        input_hash: started.input_hash,
+        risk: started.risk,
+        idempotency: started.idempotency,
+        replay_policy: started.replay_policy,
+        side_effects: started.side_effects.clone(),
+        paths: started.paths.clone(),
+        agent: Some("person".into()),
+        ..ToolCall::end(
+            call.to_string(),
+            ci.first.tool.clone(),
+            status,
+            Some(match how {
+                Settled::Succeeded => "settled by a person: it happened".to_string(),
+                Settled::Failed => "settled by a person: it did not happen".to_string(),
+            }),
+        )
+    };
+    ws.ledger()
+        .lock()?
+        .append(&[Draft::in_session(ci.session.clone(), Body::ToolCall(end))])?;
+    Ok(status)
+}
+
 /// Runs recovery (see the module doc).
 pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     let _lock = ActionLock::take(ws)?;

@@ -372,6 +372,31 @@ fn uncertain_shell_call_needs_a_person() {
     );
 }
 
+/// A person settles a call in doubt: recovery stops asking (exit 0), the
+/// end is the person's, and a call not in doubt cannot be settled.
+#[test]
+fn a_person_settles_a_call_in_doubt() {
+    let env = TestEnv::init();
+    pre(&env, "b1", "Bash", json!({"command": "make deploy"}));
+    let (code, _) = recover(&env);
+    assert_eq!(code, 5);
+    let r = env.ckpt(&["recover", "--settle", "b1"]);
+    assert_eq!(r.code, 2, "--settle needs --as: {}", r.stderr);
+    let r = env.ckpt(&["--json", "recover", "--settle", "b1", "--as", "failed"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json()["status"], "failed");
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(call(&v, "b1")["status"], "failed");
+    assert_eq!(statuses(&env, "b1"), ["started", "failed"]);
+    let r = env.ckpt(&["recover", "--settle", "b1", "--as", "succeeded"]);
+    assert_eq!(r.code, 1, "already settled: {}", r.stderr);
+    assert!(r.stderr.contains("is not in doubt"), "{}", r.stderr);
+    let r = env.ckpt(&["recover", "--settle", "nope", "--as", "failed"]);
+    assert_eq!(r.code, 1);
+    verify_ok(&env);
+}
+
 /// A crash between a post hook's snapshot and its append: the ledger has
 /// `started` only, the file has the agent's bytes → recover says applied.
 #[test]

@@ -547,6 +547,8 @@ mod tests {
             "restore-session --session s --to ckpt_1",
             "compensate c1",
             "recover",
+            "recover --settle c1 --as failed",
+            "recover --settle c1",
             "verify --json",
             "demo",
             "scenario run a.toml --junit r.xml -j 2 --crash-each-write",

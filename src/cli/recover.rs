@@ -5,9 +5,38 @@ use super::error::{CommandError, NEEDS_PERSON, OK};
 use super::{Ctx, Ui};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Record what happened to a call in doubt, once you have checked it (needs --as)
+    #[arg(long, value_name = "CALL", requires = "as_")]
+    settle: Option<String>,
+    /// What the call in doubt did: succeeded (it happened) or failed (it did not)
+    #[arg(long = "as", id = "as_", value_name = "OUTCOME", requires = "settle", value_parser = ["succeeded", "failed"])]
+    as_: Option<String>,
+}
 
-pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
+pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
+    if let (Some(call), Some(how)) = (&args.settle, &args.as_) {
+        let ws = ctx.open()?;
+        let how = if how == "succeeded" {
+            ckpt::recover::Settled::Succeeded
+        } else {
+            ckpt::recover::Settled::Failed
+        };
+        ckpt::recover::settle(&ws, call, how)?;
+        let status = if how == ckpt::recover::Settled::Succeeded {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        if ui.json {
+            ui.json(&serde_json::json!({"call": call, "status": status, "settled": true}))?;
+        } else {
+            ui.line(&format!(
+                "call {call} settled as {status}; `ckpt recover` no longer asks about it"
+            ))?;
+        }
+        return Ok(OK);
+    }
     let ws = ctx.open_read_only()?;
     let r = ckpt::recover::recover(&ws)?;
     if ui.json {
