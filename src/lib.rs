@@ -186,17 +186,26 @@ pub(crate) fn dispose<T>(v: T) {
     }
 }
 
-/// Marks a phase of this process on stderr (`ckpt: timing <ms since the
-/// first mark> <phase>`) when `CKPT_TIMINGS` is set: where a slow hook spends
-/// its time, without a profiler. Costs one atomic load when unset.
+/// Receives each phase mark: milliseconds since the sink was set, the phase.
+pub type TimingSink = fn(f64, &str);
+
+static TIMING_SINK: std::sync::OnceLock<(std::time::Instant, TimingSink)> =
+    std::sync::OnceLock::new();
+
+/// Has every later [`timing`] mark passed to `sink` with the milliseconds
+/// since this call (the binary prints them when `CKPT_TIMINGS` is set). Once
+/// per process; the library itself neither reads the environment for this
+/// nor prints.
+pub fn set_timing_sink(sink: TimingSink) {
+    let _ = TIMING_SINK.set((std::time::Instant::now(), sink));
+}
+
+/// Marks a phase of this process (snapshot loaded, walked, synced, …):
+/// where a slow hook spends its time, without a profiler. Costs one atomic
+/// load when no sink is set.
 #[doc(hidden)]
 pub fn timing(phase: &str) {
-    static ON: std::sync::OnceLock<Option<std::time::Instant>> = std::sync::OnceLock::new();
-    if let Some(t0) =
-        ON.get_or_init(|| std::env::var_os("CKPT_TIMINGS").map(|_| std::time::Instant::now()))
-    {
-        use std::io::Write;
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        let _ = writeln!(std::io::stderr(), "ckpt: timing {ms:8.2} {phase}");
+    if let Some((t0, sink)) = TIMING_SINK.get() {
+        sink(t0.elapsed().as_secs_f64() * 1e3, phase);
     }
 }

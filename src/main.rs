@@ -4,6 +4,9 @@
 mod cli;
 
 fn main() {
+    if std::env::var_os("CKPT_TIMINGS").is_some() {
+        ckpt::set_timing_sink(print_timing);
+    }
     ckpt::timing("main");
     // Still one thread: the only moment the umask can be read safely.
     ckpt::fs_util::learn_umask();
@@ -21,6 +24,12 @@ fn main() {
     }
     ckpt::timing("exit");
     std::process::exit(code);
+}
+
+/// `CKPT_TIMINGS`: one line per phase mark on stderr.
+fn print_timing(ms: f64, phase: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "ckpt: timing {ms:8.2} {phase}");
 }
 
 /// A hook is a short process that builds and drops a few large tables (the
