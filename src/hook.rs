@@ -562,7 +562,7 @@ fn append(ws: &Workspace, drafts: &[Draft]) -> Result<(), WorkspaceError> {
 
 fn after_snapshot() -> Result<(), WorkspaceError> {
     crate::failpoint::hit("hook.pre.after_snapshot")
-        .map_err(|e| FsError::new("snapshot", "", e).into())
+        .map_err(|e| FsError::new("snapshot", ".agent-runtime/index", e).into())
 }
 
 /// A shell pre: the `started` record (`drafts`, which do not depend on the
@@ -897,8 +897,9 @@ fn post_with(
             ..end
         }),
     ));
-    crate::failpoint::hit("hook.post.before_append")
-        .map_err(|e| WorkspaceError::from(FsError::new("append", "", e)))?;
+    crate::failpoint::hit("hook.post.before_append").map_err(|e| {
+        WorkspaceError::from(FsError::new("append", ".agent-runtime/ledger.jsonl", e))
+    })?;
     ws.ledger()
         .lock()
         .map_err(WorkspaceError::from)?

@@ -2120,8 +2120,9 @@ fn execute_and_end(
         plan: None,
         outcome: Some(json!({"files": outcome, "resumed": resumed})),
     })));
-    crate::failpoint::hit("rollback.before_end")
-        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
+    crate::failpoint::hit("rollback.before_end").map_err(|e| {
+        WorkspaceError::Io(FsError::new("roll back", ".agent-runtime/ledger.jsonl", e))
+    })?;
     ws.ledger().lock()?.append(&drafts)?;
     if let Some(c) = &settle {
         if c.resolution == Resolution::Pending {
@@ -2226,8 +2227,9 @@ fn append_plan(
     let Start::Fresh { plan, conflicts } = start else {
         return Ok(());
     };
-    crate::failpoint::hit("rollback.before_plan")
-        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))?;
+    crate::failpoint::hit("rollback.before_plan").map_err(|e| {
+        WorkspaceError::Io(FsError::new("roll back", ".agent-runtime/ledger.jsonl", e))
+    })?;
     // Taken before the lock, which flushes whatever is still queued.
     let mut beside = fs_util::take_queued();
     beside.extend(extra);
@@ -2235,8 +2237,9 @@ fn append_plan(
     for c in conflicts {
         write_conflict_file(ws, c)?;
     }
-    crate::failpoint::hit("rollback.after_plan")
-        .map_err(|e| WorkspaceError::Io(FsError::new("roll back", "", e)))
+    crate::failpoint::hit("rollback.after_plan").map_err(|e| {
+        WorkspaceError::Io(FsError::new("roll back", ".agent-runtime/ledger.jsonl", e))
+    })
 }
 
 fn to_file_state(s: &PathState) -> FileState {

@@ -466,8 +466,13 @@ fn close_interrupted(
 }
 
 fn fail_point(name: &str) -> Result<(), WorkspaceError> {
-    crate::failpoint::hit(name)
-        .map_err(|e| WorkspaceError::Io(FsError::new("restore session", "", e)))
+    crate::failpoint::hit(name).map_err(|e| {
+        WorkspaceError::Io(FsError::new(
+            "restore session",
+            ".agent-runtime/ledger.jsonl",
+            e,
+        ))
+    })
 }
 
 /// Moves `opts.session` back to a checkpoint or entry (see the module doc).

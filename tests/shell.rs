@@ -1048,6 +1048,9 @@ fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("blocked"), "{}", r.stderr);
+    // The error names where it happened, never an empty path.
+    assert!(!r.stderr.contains("``"), "{}", r.stderr);
+    assert!(r.stderr.contains(".agent-runtime/index"), "{}", r.stderr);
     let recs = records(&env);
     let mine: Vec<_> = recs.iter().filter(|r| r["call"] == "w2").collect();
     assert_eq!(mine.len(), 2, "{mine:#?}");
