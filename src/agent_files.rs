@@ -24,8 +24,8 @@ use crate::record::Body;
 use crate::workspace::{Workspace, WorkspaceError};
 
 const REGISTRY: &str = "agent_files.bin";
-/// The registry as ckpt wrote it before session 7 (JSON, ~270 bytes per
-/// file; parsing it was most of the registry's cost per hook in a profile).
+/// The registry as ckpt wrote it before session 7 (JSON): no longer read;
+/// found, it is rebuilt from the ledger.
 const OLD_REGISTRY: &str = "agent_files.json";
 const MAGIC: &[u8; 8] = b"CKPTREG1";
 /// Registries this long are stat-checked on two threads.
@@ -370,7 +370,8 @@ impl Registry {
 /// written yet). Present but unreadable (a crash cut its in-place rewrite
 /// short): rebuilt from the ledger, each path's last `file_patch` or
 /// `user_edit`, with no stat figures, so the next hook compares contents.
-/// A JSON registry written by an older ckpt is read once and replaced.
+/// A JSON registry written by an older ckpt is rebuilt the same way and
+/// replaced.
 pub(crate) fn load(ws: &Workspace, dir: &OwnedFd) -> Registry {
     if let Ok(mut f) = fs_util::open_regular_at(dir.as_fd(), REGISTRY.as_ref()) {
         let mut v = Vec::new();
@@ -381,21 +382,12 @@ pub(crate) fn load(ws: &Workspace, dir: &OwnedFd) -> Registry {
         }
         return Registry::from_map(rebuild(ws));
     }
-    let Ok(mut f) = fs_util::open_regular_at(dir.as_fd(), OLD_REGISTRY.as_ref()) else {
+    if fs_util::open_regular_at(dir.as_fd(), OLD_REGISTRY.as_ref()).is_err() {
         return Registry::default();
-    };
-    let mut v = Vec::new();
-    let reg = Registry::from_map(
-        match f
-            .read_to_end(&mut v)
-            .ok()
-            .and_then(|_| serde_json::from_slice::<Vec<(RelPath, AgentFile)>>(&v).ok())
-        {
-            Some(list) => list.into_iter().collect(),
-            None => rebuild(ws),
-        },
-    );
-    // Every caller holds the state lock: replace the old file now.
+    }
+    // An older ckpt's registry: a cache in a format no longer read, so it is
+    // rebuilt from the ledger and replaced (every caller holds the state lock).
+    let reg = Registry::from_map(rebuild(ws));
     if save(dir, &reg).is_ok() {
         let _ = rustix::fs::unlinkat(dir, OLD_REGISTRY, rustix::fs::AtFlags::empty());
     }

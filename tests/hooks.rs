@@ -671,7 +671,7 @@ fn a_torn_agent_file_registry_is_rebuilt_from_the_ledger() {
 }
 
 #[test]
-fn a_json_registry_from_an_older_ckpt_is_read_once_and_replaced() {
+fn a_json_registry_from_an_older_ckpt_is_rebuilt_from_the_ledger_and_replaced() {
     let env = TestEnv::new();
     let content = agent_writes_new_rs(&env);
     let state = env.rt().join("state");
@@ -683,7 +683,7 @@ fn a_json_registry_from_an_older_ckpt_is_read_once_and_replaced() {
          "mtime_ns": 0, "ctime_ns": 0, "ino": 0, "call": "toolu_01"}
     ]]);
     std::fs::write(state.join("agent_files.json"), old.to_string()).unwrap();
-    // Read: the user's edit of the agent's file is recorded.
+    // Rebuilt from the ledger: the user's edit of the agent's file is recorded.
     user_edits_new_rs_then_agent_calls(&env, &content);
     assert!(
         !state.join("agent_files.json").exists(),
