@@ -27,7 +27,7 @@ mod verify;
 
 use std::path::PathBuf;
 
-use clap::{Args as _, FromArgMatches as _, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 use ckpt::{Clock, OpenOptions, Workspace};
 use error::CommandError;
@@ -276,68 +276,10 @@ fn parse_hook_fast(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option
     })
 }
 
-/// The parser of one subcommand alone, by its name (`None` for a name that
-/// is not a visible subcommand).
-fn one_subcommand(name: &str) -> Option<clap::Command> {
-    type Augment = fn(clap::Command) -> clap::Command;
-    const ALL: [(&str, Augment); 22] = [
-        ("init", init::Args::augment_args),
-        ("checkpoint", checkpoint::Args::augment_args),
-        ("log", log::Args::augment_args),
-        ("show", show::Args::augment_args),
-        ("status", status::Args::augment_args),
-        ("diff", diff::Args::augment_args),
-        ("rollback", rollback::Args::augment_args),
-        ("undo", rollback::StepArgs::augment_args),
-        ("redo", rollback::StepArgs::augment_args),
-        ("conflicts", conflicts::Args::augment_args),
-        ("resolve", resolve::Args::augment_args),
-        ("session", session::Args::augment_args),
-        ("restore-session", restore_session::Args::augment_args),
-        ("compensate", compensate::Args::augment_args),
-        ("recover", recover::Args::augment_args),
-        ("verify", verify::Args::augment_args),
-        ("doctor", doctor::Args::augment_args),
-        ("repair", repair::Args::augment_args),
-        ("demo", demo::Args::augment_args),
-        ("scenario", scenario::Args::augment_args),
-        ("hook", hook::Args::augment_args),
-        ("exec", exec::Args::augment_args),
-    ];
-    let (name, augment) = ALL.into_iter().find(|(n, _)| *n == name)?;
-    Some(augment(clap::Command::new(name)))
-}
-
-/// `ckpt SUBCOMMAND …` parsed by a parser that knows only that subcommand
-/// and the global options: clap builds (and checks) the whole command tree
-/// before parsing (a `ckpt rollback` that fails at once: 0.69–0.80 ms of CPU
-/// this way, 0.84–0.88 ms with the full parser). Only
-/// a successful parse is used; any error, `--help` or `--version` (and any
-/// first argument that is not a subcommand's name) returns `None`, and the
-/// full parser then runs, so every message stays the full parser's. Both
-/// parsers give the same `Cli` for the same arguments (tested).
-fn parse_one_command(args: &[std::ffi::OsString]) -> Option<Cli> {
-    let sub = one_subcommand(args.get(1)?.to_str()?)?;
-    let cmd = Globals::augment_args(clap::Command::new("ckpt"))
-        .subcommand_required(true)
-        .subcommand(sub);
-    let m = cmd.try_get_matches_from(args).ok()?;
-    Some(Cli {
-        globals: Globals::from_arg_matches(&m).ok()?,
-        command: Command::from_arg_matches(&m).ok()?,
-    })
-}
-
 pub fn main() -> i32 {
     let parsed = match parse_hook_fast(std::env::args_os()) {
         Some(c) => Ok(c),
-        None => {
-            let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-            match parse_one_command(&args) {
-                Some(c) => Ok(c),
-                None => Cli::try_parse_from(args),
-            }
-        }
+        None => Cli::try_parse_from(std::env::args_os()),
     };
     let cli = match parsed {
         Ok(c) => c,
@@ -458,32 +400,12 @@ pub fn main() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     fn argv(line: &str) -> Vec<std::ffi::OsString> {
         std::iter::once("ckpt")
             .chain(line.split(' ').filter(|s| !s.is_empty()))
             .map(Into::into)
             .collect()
-    }
-
-    #[test]
-    fn the_one_subcommand_parser_knows_every_visible_subcommand() {
-        let full = Cli::command();
-        for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
-            let name = sub.get_name();
-            let alone = one_subcommand(name)
-                .unwrap_or_else(|| panic!("{name} is missing from one_subcommand"));
-            let ids = |c: &clap::Command| {
-                let mut v: Vec<String> =
-                    c.get_arguments().map(|a| a.get_id().to_string()).collect();
-                v.sort();
-                v
-            };
-            assert_eq!(ids(&alone), ids(sub), "{name}: arguments differ");
-        }
-        assert!(one_subcommand("reap-trash").is_none());
-        assert!(one_subcommand("--json").is_none());
     }
 
     #[test]
@@ -512,85 +434,5 @@ mod tests {
         ] {
             assert!(parse_hook_fast(argv(line)).is_none(), "`{line}` taken");
         }
-    }
-
-    #[test]
-    fn both_parsers_give_the_same_command_or_the_fast_one_steps_aside() {
-        // CKPT_WORKSPACE and CKPT_SESSION feed defaults; both parsers read
-        // the same process environment.
-        let lines = [
-            "rollback --call c1",
-            "rollback --to ckpt_1 --path src/** --path docs --dry-run --json",
-            "rollback --last 2 --workspace /tmp/w",
-            "rollback --last 0",
-            "rollback --call a --session b",
-            "rollback",
-            "rollback --help",
-            "rollback --call",
-            "rollback --call c --bogus",
-            "status",
-            "status --json",
-            "log -n 5 --session s",
-            "show act_1",
-            "show",
-            "diff --since ckpt_2",
-            "init --hooks claude",
-            "init --hooks nope",
-            "checkpoint --label x",
-            "conflicts --json",
-            "resolve cf_1 --keep-user",
-            "resolve cf_1 --keep-user --apply-agent",
-            "session append --session s --type message --payload {}",
-            "session show --session s",
-            "session",
-            "session nope",
-            "restore-session --session s --to ckpt_1",
-            "compensate c1",
-            "recover",
-            "recover --settle c1 --as failed",
-            "recover --settle c1",
-            "verify --json",
-            "demo",
-            "scenario run a.toml --junit r.xml -j 2 --crash-each-write",
-            "scenario",
-            "hook pre --format generic --json",
-            "hook sideways",
-            "exec --session s -- echo hi",
-            "exec echo hi",
-            "exec",
-            "--json status",
-            "--version",
-            "help rollback",
-            "reap-trash /x/.agent-runtime",
-            "nonsense",
-        ];
-        let mut fast_used = 0;
-        for line in lines {
-            let args = argv(line);
-            let full = Cli::try_parse_from(&args);
-            match parse_one_command(&args) {
-                Some(fast) => {
-                    fast_used += 1;
-                    let full = full.unwrap_or_else(|e| {
-                        panic!("`{line}`: the fast parser accepted what the full one refuses: {e}")
-                    });
-                    assert_eq!(format!("{fast:?}"), format!("{full:?}"), "`{line}`");
-                }
-                None => {
-                    // Stepping aside is always safe; the full parser decides.
-                    if let Ok(full) = full {
-                        let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-                        assert!(
-                            first.starts_with('-') || first == "reap-trash",
-                            "`{line}`: the fast parser stepped aside from a plain valid command: {full:?}"
-                        );
-                    }
-                }
-            }
-        }
-        assert!(
-            fast_used >= 20,
-            "the fast parser took only {fast_used} lines"
-        );
     }
 }
