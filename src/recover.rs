@@ -189,12 +189,22 @@ pub fn settle(ws: &Workspace, call: &str, how: Settled) -> Result<CallStatus, Wo
             "call `{call}` is still running under its agent; settle it once the agent is done (or gone)"
         )));
     }
-    let started = ci.started.unwrap_or(ci.first);
-    let status = match how {
-        Settled::Succeeded => CallStatus::Succeeded,
-        Settled::Failed => CallStatus::Failed,
+    let (status, error) = match how {
+        Settled::Succeeded => (CallStatus::Succeeded, "settled by a person: it happened"),
+        Settled::Failed => (CallStatus::Failed, "settled by a person: it did not happen"),
     };
-    let end = ToolCall {
+    let end = end_of(ci, status, Some(error.to_string()), "person");
+    ws.ledger()
+        .lock()?
+        .append(&[Draft::in_session(ci.session.clone(), Body::ToolCall(end))])?;
+    Ok(status)
+}
+
+/// The record that ends `ci` as `status`, written by `by` (not the agent):
+/// the class fields of its `started` record, one step past its last.
+fn end_of(ci: &CallInfo<'_>, status: CallStatus, error: Option<String>, by: &str) -> ToolCall {
+    let started = ci.started.unwrap_or(ci.first);
+    ToolCall {
         step: ci.last.step + 1,
         input_hash: started.input_hash,
         risk: started.risk,
@@ -202,21 +212,9 @@ pub fn settle(ws: &Workspace, call: &str, how: Settled) -> Result<CallStatus, Wo
         replay_policy: started.replay_policy,
         side_effects: started.side_effects.clone(),
         paths: started.paths.clone(),
-        agent: Some("person".into()),
-        ..ToolCall::end(
-            call.to_string(),
-            ci.first.tool.clone(),
-            status,
-            Some(match how {
-                Settled::Succeeded => "settled by a person: it happened".to_string(),
-                Settled::Failed => "settled by a person: it did not happen".to_string(),
-            }),
-        )
-    };
-    ws.ledger()
-        .lock()?
-        .append(&[Draft::in_session(ci.session.clone(), Body::ToolCall(end))])?;
-    Ok(status)
+        agent: Some(by.into()),
+        ..ToolCall::end(ci.first.call.clone(), ci.first.tool.clone(), status, error)
+    }
 }
 
 /// Runs recovery (see the module doc).
@@ -675,27 +673,7 @@ fn check_uncertain(
     let close = |status: CallStatus, error: Option<String>| {
         Draft::in_session(
             v.session.clone(),
-            Body::ToolCall(ToolCall {
-                call: v.call.clone(),
-                step: ci.last.step + 1,
-                tool: v.tool.clone(),
-                status,
-                input_hash: started.input_hash,
-                risk: started.risk,
-                idempotency: started.idempotency,
-                replay_policy: started.replay_policy,
-                side_effects: started.side_effects.clone(),
-                paths: started.paths.clone(),
-                result_ref: None,
-                compensation: None,
-                error,
-                agent: Some("ckpt-recover".into()),
-                turn: None,
-                subagent: None,
-                before: Vec::new(),
-                unrecorded: Vec::new(),
-                outcome_unknown: false,
-            }),
+            Body::ToolCall(end_of(ci, status, error, "ckpt-recover")),
         )
     };
     if all_applied {

@@ -20,45 +20,8 @@ use std::path::{Path, PathBuf};
 
 pub use parse::{ScenarioError, load};
 
-/// The payload format of a scenario's tool steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Agent {
-    /// Claude Code's hooks (`PreToolUse`, `PostToolUse`, …).
-    Claude,
-    /// Codex's hooks (Claude's shape, `turn_id`, `apply_patch`).
-    Codex,
-    /// Gemini CLI's (`BeforeTool`, `AfterTool`; no call id).
-    Gemini,
-    /// Cursor's (`beforeShellExecution`, `afterFileEdit`, …).
-    Cursor,
-    /// ckpt's generic JSON (`call`, `tool`, `paths`, `status`).
-    Generic,
-}
-
-impl Agent {
-    /// The name scenario files use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Agent::Claude => "claude",
-            Agent::Codex => "codex",
-            Agent::Gemini => "gemini",
-            Agent::Cursor => "cursor",
-            Agent::Generic => "generic",
-        }
-    }
-
-    /// Reads a scenario file's name for a format.
-    pub fn parse(s: &str) -> Option<Agent> {
-        Some(match s {
-            "claude" => Agent::Claude,
-            "codex" => Agent::Codex,
-            "gemini" => Agent::Gemini,
-            "cursor" => Agent::Cursor,
-            "generic" => Agent::Generic,
-            _ => return None,
-        })
-    }
-}
+/// The payload format of tool steps: the hook formats ckpt reads.
+pub use crate::capture::Format as Agent;
 
 /// One scenario file, read and checked.
 #[derive(Debug, Clone)]

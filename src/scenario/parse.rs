@@ -251,13 +251,8 @@ impl Reader<'_> {
 
     fn agent(&self, v: &V<'_>, key: &str) -> Result<Agent, ScenarioError> {
         let s = self.string(v, key)?;
-        Agent::parse(&s).ok_or_else(|| {
-            self.err(
-                v,
-                key,
-                format!("`{s}` is not a format; expected claude, codex, gemini, cursor or generic"),
-            )
-        })
+        s.parse::<Agent>()
+            .map_err(|e| self.err(v, key, e.to_string()))
     }
 
     fn mode(&self, v: &V<'_>, key: &str) -> Result<u32, ScenarioError> {

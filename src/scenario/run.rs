@@ -241,7 +241,7 @@ pub fn serve_agent(input: impl BufRead, mut output: impl Write) -> std::io::Resu
     Ok(())
 }
 
-struct Agent {
+struct StandIn {
     child: Child,
     to: ChildStdin,
     from: BufReader<ChildStdout>,
@@ -275,7 +275,7 @@ struct Play<'a> {
     ws: PathBuf,
     home: PathBuf,
     agent_bin: PathBuf,
-    agents: HashMap<String, Agent>,
+    agents: HashMap<String, StandIn>,
     checkpoints: HashMap<String, String>,
     invocations: usize,
     own_crashes: Vec<usize>,
@@ -535,7 +535,7 @@ impl Play<'_> {
         Ok(ran)
     }
 
-    fn agent(&mut self, session: &str) -> Result<&mut Agent, Stop> {
+    fn agent(&mut self, session: &str) -> Result<&mut StandIn, Stop> {
         if !self.agents.contains_key(session) {
             let mut cmd = Command::new(&self.agent_bin);
             cmd.args(["scenario", "agent"])
@@ -550,7 +550,7 @@ impl Play<'_> {
             let to = child.stdin.take().expect("piped");
             let from = BufReader::new(child.stdout.take().expect("piped"));
             self.agents
-                .insert(session.to_string(), Agent { child, to, from });
+                .insert(session.to_string(), StandIn { child, to, from });
         }
         Ok(self.agents.get_mut(session).expect("inserted"))
     }
