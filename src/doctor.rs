@@ -473,12 +473,6 @@ fn resolve(program: &str, path: Option<&std::ffi::OsStr>, root: &Path) -> Option
         .find(|p| runnable(p))
 }
 
-/// Whether `program`, looked up on `path` as a shell would, is the file `exe`.
-pub fn on_path_is(program: &str, path: Option<&std::ffi::OsStr>, exe: &Path) -> bool {
-    !program.contains('/')
-        && resolve(program, path, Path::new("/")).is_some_and(|p| same_file(&p, exe))
-}
-
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {

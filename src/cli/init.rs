@@ -107,15 +107,11 @@ fn codex_trust(
     Ok(serde_json::json!({"config": path, "trusted": true, "written": missing.len()}))
 }
 
-/// How agents should run ckpt: plain `ckpt` when that is this binary on
-/// PATH (the hooks then survive a reinstall), else this binary's absolute
-/// path when it is installed, plain `ckpt` when running from a build directory.
+/// How agents should run ckpt: this binary's absolute path when it is
+/// installed (an agent's hooks may run with another PATH than this shell's:
+/// a bare `ckpt` could then not resolve, and nothing be recorded), plain
+/// `ckpt` when running from a build directory.
 fn ckpt_command() -> String {
-    if let Ok(me) = std::env::current_exe()
-        && ckpt::doctor::on_path_is("ckpt", std::env::var_os("PATH").as_deref(), &me)
-    {
-        return "ckpt".to_string();
-    }
     match std::env::current_exe() {
         Ok(p) if !p.components().any(|c| c.as_os_str() == "target") => {
             let s = p.display().to_string();
