@@ -64,6 +64,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
     p
 }
 
+#[allow(clippy::disallowed_methods)] // the floors: a bare fdatasync, as PERFORMANCE.md measures it
 fn main() {
     let quick = std::env::var("CKPT_BENCH_QUICK").is_ok();
     let mut rows: Vec<(String, String, String, String)> = Vec::new();
@@ -139,8 +140,12 @@ fn main() {
         // 2. Reading a 1,000,000-record ledger.
         let n = if quick { 50_000 } else { 1_000_000 };
         let dir = scratch("read");
-        let (ws, _) = Workspace::init(&dir, Default::default()).unwrap();
-        ckpt::set_durability(false); // building the input only
+        // Building the input only: no fsync.
+        let opts = ckpt::OpenOptions {
+            fsync: ckpt::durable::Fsync::Off,
+            ..Default::default()
+        };
+        let (ws, _) = Workspace::init(&dir, opts).unwrap();
         {
             let mut lock = ws.ledger().lock().unwrap();
             let mut i = 0;
@@ -150,7 +155,6 @@ fn main() {
                 i += batch.len();
             }
         }
-        ckpt::set_durability(true);
         let path = dir.join(".agent-runtime/ledger.jsonl");
         let size = std::fs::metadata(&path).unwrap().len();
         // Warm the page cache once, then measure the floor: read + split lines.

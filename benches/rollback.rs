@@ -153,7 +153,13 @@ struct Counts {
 /// Records `rounds` × one library `Edit` call per file (each call one
 /// `write_file`), after a checkpoint; returns the checkpoint id. Untimed.
 fn record_library_edits(ws_root: &Path, files: &[PathBuf], rounds: usize, seed: u64) -> String {
-    let ws = Workspace::open(ws_root, OpenOptions::default()).expect("open workspace");
+    // Untimed setup through the library: no fsync (every timed `ckpt`
+    // process is durable).
+    let opts = OpenOptions {
+        fsync: ckpt::durable::Fsync::Off,
+        ..Default::default()
+    };
+    let ws = Workspace::open(ws_root, opts).expect("open workspace");
     let cp = ws
         .checkpoint(CheckpointOptions {
             label: Some("bench: before 1,000 edits".into()),
@@ -397,9 +403,8 @@ fn main() {
         return;
     }
     // Only this process's library writes (untimed setup of the 1,000-patch
-    // case) skip fsync; every timed `ckpt` process is durable, and `sync`
-    // runs before each timed run.
-    ckpt::set_durability(false);
+    // case) skip fsync (`open_ws`); every timed `ckpt` process is durable,
+    // and `sync` runs before each timed run.
     let quick = std::env::var("CKPT_BENCH_QUICK").is_ok();
     let mut specs = vec![workload::W1, workload::W2];
     if std::env::var("CKPT_BENCH_W3").is_ok() {

@@ -466,15 +466,21 @@ fn edit(
                 let rel = RelPath::from_ledger(rel.as_bytes()).map_err(WorkspaceError::from)?;
                 ws.files().write_file(&rel, &bytes, mode).map_err(io)?;
             }
-            Location::User(path) => write_user_file(path, &bytes, mode).map_err(io)?,
+            Location::User(path) => write_user_file(ws, path, &bytes, mode).map_err(io)?,
         }
     }
     Ok(n)
 }
 
 /// Writes a user-level settings file whole: a temporary file beside it,
-/// synced, renamed over it (a crash leaves the old file or the new one).
-fn write_user_file(path: &std::path::Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+/// synced (with the old version's stored copy), renamed over it (a crash
+/// leaves the old file or the new one).
+fn write_user_file(
+    ws: &Workspace,
+    path: &std::path::Path,
+    bytes: &[u8],
+    mode: u32,
+) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(std::path::Path::new("/"));
@@ -489,9 +495,12 @@ fn write_user_file(path: &std::path::Path, bytes: &[u8], mode: u32) -> std::io::
         .mode(mode)
         .open(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    let keep = crate::durable::Keep::Replacing(ws.durable());
+    keep.file(&f)?;
     drop(f);
-    std::fs::rename(&tmp, path)
+    keep.before_rename()?;
+    std::fs::rename(&tmp, path)?;
+    keep.dir(std::fs::File::open(dir)?)
 }
 
 /// A settings document and its file's mode.

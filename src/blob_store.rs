@@ -16,9 +16,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rustix::fs::{AtFlags, FileType, RenameFlags};
-use rustix::io::Errno;
+use rustix::fs::{AtFlags, FileType};
 
+use crate::durable::Durable;
 use crate::failpoint;
 use crate::fs_util::{self, FsError};
 use crate::hash::{ContentHash, Hasher};
@@ -69,25 +69,6 @@ fn rel_name(h: &ContentHash) -> (String, String) {
     (hex[..2].to_string(), hex[2..].to_string())
 }
 
-/// Permission bits of a blob published before its data sync is done (inside an
-/// [`fs_util::SyncSet`], or a batch that ends in one `syncfs`); it becomes
-/// 0600 when the sync (and its directory's) is. Another hook that finds such
-/// a blob syncs it itself before naming it in a record.
-const IN_FLIGHT_MODE: u32 = 0o400;
-
-/// True inside a batch that defers every sync to one `syncfs` at its end
-/// (not the tests' `CKPT_TEST_FSYNC=0`, which syncs nothing at all).
-fn batch_defers() -> bool {
-    crate::durability_off() && !crate::test_no_fsync()
-}
-
-/// The permission bits a new blob is created with, and whether its sync is
-/// left for later ([`IN_FLIGHT_MODE`] until it is done).
-fn new_blob_mode() -> (u32, bool) {
-    let pending = (fs_util::collecting() && !crate::durability_off()) || batch_defers();
-    (if pending { IN_FLIGHT_MODE } else { 0o600 }, pending)
-}
-
 /// The blob store of one workspace.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -97,9 +78,8 @@ pub struct BlobStore {
     /// The fan-out directories opened so far, by their first byte: a call
     /// that stores hundreds of blobs opens each at most once.
     fans: Arc<[OnceLock<OwnedFd>; 256]>,
-    /// Blobs published in flight inside a batch, to be marked durable by
-    /// [`settle_batch`](Self::settle_batch) after its `syncfs`.
-    batch: Arc<std::sync::Mutex<Vec<ContentHash>>>,
+    /// Where new and found blobs wait for their sync (the next record).
+    durable: Arc<Durable>,
     /// Contents git's object database holds for ckpt ([`GitBacked`]).
     git: Arc<GitBacked>,
     /// Contents this process just stored or read, kept while
@@ -153,14 +133,15 @@ impl std::fmt::Debug for Recent {
 }
 
 impl BlobStore {
-    /// Opens the store under the runtime directory `rt`.
-    pub fn new(rt: Arc<OwnedFd>) -> BlobStore {
+    /// Opens the store under the runtime directory `rt`; what it stores is
+    /// content for `durable` (durable before a record names it).
+    pub fn new(rt: Arc<OwnedFd>, durable: Arc<Durable>) -> BlobStore {
         BlobStore {
             rt,
             blobs: Arc::default(),
             tmp: Arc::default(),
             fans: Arc::new(std::array::from_fn(|_| OnceLock::new())),
-            batch: Arc::default(),
+            durable,
             git: Arc::default(),
             recent: Arc::default(),
         }
@@ -277,38 +258,6 @@ impl BlobStore {
         }
     }
 
-    /// Notes a blob that stays in flight until the batch's `syncfs` (which
-    /// then runs even if the batch wrote nothing else).
-    fn note_batch(&self, h: &ContentHash) {
-        fs_util::note_deferred();
-        if let Ok(mut v) = self.batch.lock() {
-            v.push(*h);
-        }
-    }
-
-    /// After a batch's `syncfs` succeeded: the blobs it published (or found
-    /// in flight) are durable, directory entries included, so they get 0600
-    /// (best effort: one left in flight is only synced again by whoever
-    /// names it next). Not called when the `syncfs` failed.
-    pub(crate) fn settle_batch(&self) {
-        let list = match self.batch.lock() {
-            Ok(mut v) => std::mem::take(&mut *v),
-            Err(_) => return,
-        };
-        let mode = rustix::fs::Mode::from_raw_mode(0o600);
-        for h in list {
-            let (fan, rest) = rel_name(&h);
-            let Ok(fanfd) = self.fan_dir(&fan) else {
-                continue;
-            };
-            if rustix::fs::chmodat(fanfd, rest.as_str(), mode, AtFlags::SYMLINK_NOFOLLOW).is_err()
-                && let Ok(f) = self.open(&h)
-            {
-                let _ = rustix::fs::fchmod(&f, mode);
-            }
-        }
-    }
-
     fn err(op: &'static str, what: &str, e: impl Into<io::Error>) -> BlobError {
         BlobError::Io(FsError::new(op, format!(".agent-runtime/{what}"), e.into()))
     }
@@ -317,9 +266,10 @@ impl BlobStore {
         if let Some(fd) = self.blobs.get() {
             return Ok(fd);
         }
-        let (art, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "artifacts")
-            .map_err(|e| Self::err("open", "artifacts", e))?;
-        let (b, _) = fs_util::open_or_create_private_dir(art.as_fd(), "blobs")
+        let (art, _) =
+            fs_util::open_or_create_private_dir(self.rt.as_fd(), "artifacts", &self.durable)
+                .map_err(|e| Self::err("open", "artifacts", e))?;
+        let (b, _) = fs_util::open_or_create_private_dir(art.as_fd(), "blobs", &self.durable)
             .map_err(|e| Self::err("open", "artifacts/blobs", e))?;
         Ok(self.blobs.get_or_init(|| b))
     }
@@ -343,7 +293,7 @@ impl BlobStore {
         let fd = match fs_util::open_dir(blobs.as_fd(), fan) {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs_util::open_or_create_private_dir(blobs.as_fd(), fan)
+                fs_util::open_or_create_private_dir(blobs.as_fd(), fan, &self.durable)
                     .map_err(|e| Self::err("create", "artifacts/blobs", e))?
                     .0
             }
@@ -356,7 +306,7 @@ impl BlobStore {
         if let Some(fd) = self.tmp.get() {
             return Ok(fd);
         }
-        let (t, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "tmp")
+        let (t, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "tmp", &self.durable)
             .map_err(|e| Self::err("open", "tmp", e))?;
         Ok(self.tmp.get_or_init(|| t))
     }
@@ -372,18 +322,7 @@ impl BlobStore {
     }
 
     fn stored_size(&self, h: &ContentHash) -> Option<u64> {
-        self.stored(h)
-            .filter(|(_, perm)| self.sound_if_in_flight(h, *perm))
-            .map(|(size, _)| size)
-    }
-
-    /// A blob still [`IN_FLIGHT_MODE`] was named before its data were
-    /// synced: after a power loss its bytes may be zeros or a torn prefix
-    /// under the right name and size. Such a blob is trusted only after it
-    /// hashes to its name; a damaged one counts as absent, and the next store
-    /// of those bytes replaces it (`publish` does).
-    fn sound_if_in_flight(&self, h: &ContentHash, perm: u32) -> bool {
-        perm != IN_FLIGHT_MODE || self.check(h).is_ok()
+        self.stored(h).map(|(size, _)| size)
     }
 
     /// Size and permission bits of a stored blob.
@@ -404,50 +343,45 @@ impl BlobStore {
         }
     }
 
-    /// A blob someone else stored is about to be named by our record: if its
-    /// sync may not be done yet (it is still [`IN_FLIGHT_MODE`]: another hook's
-    /// [`fs_util::SyncSet`] has not flushed, or that hook died), sync it too.
-    fn settle(&self, h: &ContentHash, perm: u32) -> Result<(), BlobError> {
-        if perm != IN_FLIGHT_MODE {
-            return Ok(());
-        }
-        if batch_defers() {
-            // The batch's `syncfs` makes it durable before any record of
-            // ours names it; marking it now would tell others so too early.
-            self.note_batch(h);
-            return Ok(());
+    /// A copy of `h` already stored is used only once its bytes are `data`
+    /// (or, without `data`, hash to its name): a power loss between a
+    /// blob's name and its data reaching the disk leaves zeros or a torn
+    /// prefix under the right name and size (no record names such a blob:
+    /// records follow the sync). A sound copy joins this store's durable set
+    /// like a new one: another process may have stored it moments ago, its
+    /// sync not done yet (syncing clean data is cheap). `Ok(false)`: absent
+    /// or unsound, store it anew.
+    fn found_sound(&self, h: &ContentHash, data: Option<&[u8]>) -> Result<bool, BlobError> {
+        let (mut f, size) = match self.open_sized(h) {
+            Ok(x) => x,
+            Err(BlobError::Missing(_) | BlobError::NotRegular(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let sound = match data {
+            Some(d) => {
+                size == d.len() as u64
+                    && fs_util::read_to_end_sized(&mut f, size)
+                        .map_err(|e| Self::err("read", "artifacts/blobs", e))?
+                        == d
+            }
+            None => hash_all(&mut f).map_err(|e| Self::err("read", "artifacts/blobs", e))? == *h,
+        };
+        if !sound {
+            return Ok(false);
         }
         let (fan, _) = rel_name(h);
-        let f = self.open(h)?;
-        if !fs_util::sync_data_then_mode(&f, 0o600)
-            .map_err(|e| Self::err("sync", "artifacts/blobs", e))?
-        {
-            let _ = rustix::fs::fchmod(&f, rustix::fs::Mode::from_raw_mode(0o600));
-        }
         let fanfd = self.fan_dir(&fan)?;
-        fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))
+        self.durable
+            .content(&f)
+            .and_then(|()| self.durable.content_dir(fanfd))
+            .map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
+        Ok(true)
     }
 
-    /// Creates a temp file for a new blob: [`IN_FLIGHT_MODE`] when its sync will
-    /// be queued (it is published first), else 0600.
-    fn create_tmp(&self, name: &str) -> Result<(File, bool), BlobError> {
-        let (mode, pending) = new_blob_mode();
-        let f = fs_util::create_excl(self.tmp_dir()?.as_fd(), OsStr::new(name), mode)
-            .map_err(|e| Self::err("create", "tmp", e))?;
-        Ok((f, pending))
-    }
-
-    /// Syncs a new blob's data (or queues the sync, which then sets 0600).
-    fn sync_new(f: &File, pending: bool) -> io::Result<()> {
-        if batch_defers() {
-            fs_util::start_writeback(f);
-            // In flight until the batch's end (`settle_batch`).
-            return Ok(());
-        }
-        if !fs_util::sync_data_then_mode(f, 0o600)? && pending {
-            rustix::fs::fchmod(f, rustix::fs::Mode::from_raw_mode(0o600))?;
-        }
-        Ok(())
+    /// Creates a temp file in `tmp/` for a new blob.
+    fn create_tmp(&self, name: &str) -> Result<File, BlobError> {
+        fs_util::create_excl(self.tmp_dir()?.as_fd(), OsStr::new(name), 0o600)
+            .map_err(|e| Self::err("create", "tmp", e))
     }
 
     /// Stores `data`; returns its hash. Does nothing if it is already stored.
@@ -468,26 +402,17 @@ impl BlobStore {
 
     fn put_slice(&self, data: &[u8]) -> Result<ContentHash, BlobError> {
         let h = ContentHash::of(data);
-        if let Some((size, perm)) = self.stored(&h)
-            && size == data.len() as u64
-            && self.sound_if_in_flight(&h, perm)
-        {
-            self.settle(&h, perm)?;
-            return Ok(h);
-        }
-        if self.put_anonymous(&h, data)? {
+        if self.found_sound(&h, Some(data))? {
             return Ok(h);
         }
         let tmp = self.tmp_dir()?;
         let name = fs_util::temp_name("blob-");
-        let (mut f, pending) = self.create_tmp(&name)?;
-        let res = f.write_all(data).and_then(|_| Self::sync_new(&f, pending));
-        drop(f);
-        if let Err(e) = res {
+        let mut f = self.create_tmp(&name)?;
+        if let Err(e) = f.write_all(data) {
             let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
             return Err(Self::err("write", "tmp", e));
         }
-        self.publish(&name, &h)?;
+        self.publish(&f, &name, &h)?;
         Ok(h)
     }
 
@@ -495,7 +420,7 @@ impl BlobStore {
     pub fn put_reader(&self, reader: &mut dyn Read) -> Result<(ContentHash, u64), BlobError> {
         let tmp = self.tmp_dir()?;
         let name = fs_util::temp_name("blob-");
-        let (mut f, pending) = self.create_tmp(&name)?;
+        let mut f = self.create_tmp(&name)?;
         let mut hasher = Hasher::new();
         let mut buf = vec![0u8; 1024 * 1024];
         let mut total = 0u64;
@@ -511,17 +436,15 @@ impl BlobStore {
                 f.write_all(&buf[..n])?;
                 total += n as u64;
             }
-            failpoint::hit("blob.after_tmp_write")?;
-            Self::sync_new(&f, pending)
+            failpoint::hit("blob.after_tmp_write")
         })();
-        drop(f);
         if let Err(e) = res {
             let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
             return Err(Self::err("store", "tmp", e));
         }
         let h = hasher.finish();
         // Publishing checks an existing copy and replaces it if it is damaged.
-        self.publish(&name, &h)?;
+        self.publish(&f, &name, &h)?;
         Ok((h, total))
     }
 
@@ -546,91 +469,43 @@ impl BlobStore {
         self.put_reader(file)
     }
 
-    /// Stores `data` (hash `h`) as an unnamed file in its fan-out directory,
-    /// named once written and synced ([`fs_util::create_anonymous`]): two
-    /// threads storing a call's contents do not take turns on `tmp/`'s lock
-    /// and the file system's rename lock for every blob. `Ok(false)` when
-    /// this way is not available, or the name is taken (the caller then goes
-    /// through `tmp/`, which also repairs a damaged copy).
-    fn put_anonymous(&self, h: &ContentHash, data: &[u8]) -> Result<bool, BlobError> {
-        let (fan, rest) = rel_name(h);
-        let fanfd = self.fan_dir(&fan)?;
-        let (mode, pending) = new_blob_mode();
-        let Some(mut f) = fs_util::create_anonymous(fanfd.as_fd(), mode)
-            .map_err(|e| Self::err("create", "artifacts/blobs", e))?
-        else {
-            return Ok(false);
-        };
-        f.write_all(data)
-            .and_then(|_| Self::sync_new(&f, pending))
-            .map_err(|e| Self::err("write", "artifacts/blobs", e))?;
-        failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "blob", e))?;
-        match fs_util::link_anonymous(&f, fanfd.as_fd(), OsStr::new(&rest)) {
-            Ok(true) => {}
-            Ok(false) => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(Self::err("publish", "blob", e)),
-        }
-        drop(f);
-        self.published(&fan, h)?;
-        Ok(true)
-    }
-
-    /// What follows a new blob's name: its directory synced (or left to the
-    /// batch's `syncfs`).
-    fn published(&self, fan: &str, h: &ContentHash) -> Result<(), BlobError> {
-        let fanfd = self.fan_dir(fan)?;
-        fs_util::note_deferred();
-        if batch_defers() {
-            self.note_batch(h);
-        }
-        // The new name is durable only once its directory is synced.
-        fs_util::fsync_dir(fanfd.as_fd()).map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
-        failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;
-        Ok(())
-    }
-
-    fn publish(&self, tmp_name: &str, h: &ContentHash) -> Result<(), BlobError> {
+    /// Gives the temp file `tmp_name` (open as `f`, its bytes `h`) its name,
+    /// unless a sound copy is there already; a damaged one is replaced. The
+    /// data and the new name are then content of the durable set: published
+    /// before its sync, which the next record waits for.
+    fn publish(&self, f: &File, tmp_name: &str, h: &ContentHash) -> Result<(), BlobError> {
         let tmp = self.tmp_dir()?;
         let (fan, rest) = rel_name(h);
+        let drop_tmp = || {
+            let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+        };
         failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "blob", e))?;
         let fanfd = self.fan_dir(&fan)?;
-        match rustix::fs::renameat_with(tmp, tmp_name, fanfd, rest.as_str(), RenameFlags::NOREPLACE)
-        {
-            Ok(()) => {}
-            Err(Errno::EXIST) => {
+        match fs_util::rename_noreplace(tmp.as_fd(), tmp_name, fanfd.as_fd(), &rest) {
+            Ok(true) => {}
+            Ok(false) => {
                 // Someone stored the same bytes first. Keep theirs if it is sound;
-                // if it is damaged, our verified copy replaces it.
-                if self.check(h).is_ok() {
-                    let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
-                    if let Some((_, perm)) = self.stored(h) {
-                        self.settle(h, perm)?;
-                    }
+                // if it is damaged, our copy replaces it.
+                if self.found_sound(h, None)? {
+                    drop_tmp();
                     return Ok(());
                 }
                 if let Err(e) = rustix::fs::renameat(tmp, tmp_name, fanfd, rest.as_str()) {
-                    let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+                    drop_tmp();
                     return Err(Self::err("repair", "blob", e));
                 }
             }
-            Err(Errno::INVAL) | Err(Errno::NOSYS) => {
-                // File systems without RENAME_NOREPLACE: link + unlink is just as exclusive.
-                match rustix::fs::linkat(tmp, tmp_name, fanfd, rest.as_str(), AtFlags::empty()) {
-                    Ok(()) | Err(Errno::EXIST) => {}
-                    Err(e) => return Err(Self::err("publish", "blob", e)),
-                }
-                let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
-            }
             Err(e) => {
-                let _ = rustix::fs::unlinkat(tmp, tmp_name, AtFlags::empty());
+                drop_tmp();
                 return Err(Self::err("publish", "blob", e));
             }
         }
-        self.published(&fan, h)
-    }
-
-    fn open(&self, h: &ContentHash) -> Result<File, BlobError> {
-        self.open_sized(h).map(|(f, _)| f)
+        self.durable
+            .content(f)
+            .and_then(|()| self.durable.content_dir(fanfd))
+            .map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
+        failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "blob", e))?;
+        Ok(())
     }
 
     /// [`open`](Self::open), also returning the blob's size.
@@ -709,6 +584,20 @@ impl BlobStore {
     }
 }
 
+/// The sha256 of everything `f` yields.
+fn hash_all(f: &mut File) -> io::Result<ContentHash> {
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(hasher.finish()),
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Which contents the ledger says git holds: the `before_git` / `after_git`
 /// of its `file_patch` records (only lines that carry one are parsed). An
 /// unreadable ledger gives none (the reader then reports the blob missing).
@@ -751,47 +640,64 @@ fn git_backed_in_ledger(rt: std::os::fd::BorrowedFd<'_>) -> HashMap<ContentHash,
 mod tests {
     use super::*;
 
-    fn perm(store: &BlobStore, h: &ContentHash) -> u32 {
-        store.stored(h).expect("stored").1
+    fn store_in(dir: &std::path::Path) -> (BlobStore, Arc<Durable>) {
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir).unwrap());
+        let d = Arc::new(Durable::new(crate::durable::Fsync::On));
+        (BlobStore::new(rt, d.clone()), d)
     }
 
+    fn path_of(dir: &std::path::Path, h: &ContentHash) -> std::path::PathBuf {
+        let (fan, rest) = rel_name(h);
+        dir.join("artifacts/blobs").join(fan).join(rest)
+    }
+
+    /// A new blob, and one found already stored (another process may not
+    /// have synced it yet), both wait in the durable set for the next record.
     #[test]
-    fn a_blob_stored_inside_a_sync_set_says_so_until_the_set_is_flushed() {
+    fn new_and_found_blobs_wait_for_the_next_record() {
         let dir = tempfile::tempdir().unwrap();
-        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir.path()).unwrap());
-        let store = BlobStore::new(rt);
-
-        // Outside a set: synced before it is published, 0600 at once.
-        let plain = store.put_bytes(b"plain\n").unwrap();
-        assert_eq!(perm(&store, &plain), 0o600);
-
-        let set = fs_util::SyncSet::start();
-        assert!(fs_util::collecting());
-        let h = store.put_bytes(b"queued\n").unwrap();
-        // Published, readable, but its sync is still queued.
-        assert_eq!(store.get(&h).unwrap(), b"queued\n");
-        assert_eq!(perm(&store, &h), IN_FLIGHT_MODE);
-        // Storing it again (another call with the same content) queues a sync of
-        // the copy already there instead of trusting it.
-        assert_eq!(store.put_bytes(b"queued\n").unwrap(), h);
-        // A stream goes the same way.
+        let (store, d) = store_in(dir.path());
+        let h = store.put_bytes(b"new\n").unwrap();
+        // Published, readable, its sync waiting.
+        assert_eq!(store.get(&h).unwrap(), b"new\n");
+        assert!(!d.is_clean());
+        d.before_records().unwrap();
+        assert!(d.is_clean());
+        assert_eq!(store.put_bytes(b"new\n").unwrap(), h);
+        assert!(!d.is_clean(), "a found blob is synced by its finder too");
+        d.before_records().unwrap();
         let (s, _) = store.put_reader(&mut &b"streamed\n"[..]).unwrap();
-        assert_eq!(perm(&store, &s), IN_FLIGHT_MODE);
-        set.flush().unwrap();
-        assert!(!fs_util::collecting());
-        assert_eq!(perm(&store, &h), 0o600);
-        assert_eq!(perm(&store, &s), 0o600);
+        assert!(!d.is_clean());
+        d.before_records().unwrap();
+        assert_eq!(store.put_reader(&mut &b"streamed\n"[..]).unwrap().0, s);
+        assert!(!d.is_clean());
+        // Nothing left in tmp/.
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
+    }
 
-        // One left in flight by a hook that died before its flush is synced
-        // (and settled) by the next store of the same content.
-        let d = store.put_bytes(b"orphan\n").unwrap();
-        let (fan, rest) = rel_name(&d);
-        let path = dir.path().join("artifacts/blobs").join(fan).join(rest);
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o400))
-            .unwrap();
-        assert_eq!(perm(&store, &d), IN_FLIGHT_MODE);
-        assert_eq!(store.put_bytes(b"orphan\n").unwrap(), d);
-        assert_eq!(perm(&store, &d), 0o600);
+    /// Zeros of the right size under a blob's name (a power loss between
+    /// the name and the data) are never trusted: the next store of those
+    /// bytes replaces them, by either path.
+    #[test]
+    fn a_blob_of_zeros_under_its_name_is_replaced_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _d) = store_in(dir.path());
+        for (i, small) in [true, false].into_iter().enumerate() {
+            let data = format!("content {i}\n").into_bytes();
+            let h = store.put_bytes(&data).unwrap();
+            std::fs::write(path_of(dir.path(), &h), vec![0u8; data.len()]).unwrap();
+            assert_eq!(store.get(&h).unwrap_err().code(), "blob_hash_mismatch");
+            let again = if small {
+                store.put_bytes(&data).unwrap()
+            } else {
+                store.put_reader(&mut &data[..]).unwrap().0
+            };
+            assert_eq!(again, h);
+            assert_eq!(store.get(&h).unwrap(), data);
+        }
     }
 }
 
@@ -799,37 +705,13 @@ mod tests {
 mod recent_tests {
     use super::*;
 
-    /// A blob is stored without a temp name; storing the same bytes over a
-    /// damaged copy (here cut short) replaces it (through `tmp/`).
-    #[test]
-    fn a_blob_is_named_once_written_and_a_damaged_copy_is_replaced() {
-        let dir = tempfile::tempdir().unwrap();
-        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir.path()).unwrap());
-        let store = BlobStore::new(rt);
-        // `tmp/` cannot be made (a file holds its name): a blob whose hash
-        // is known is written without it, where the file system has
-        // `O_TMPFILE` (ext4, xfs, btrfs, tmpfs).
-        std::fs::write(dir.path().join("tmp"), b"not a directory").unwrap();
-        let h = store.put_bytes(b"stored whole\n").unwrap();
-        assert_eq!(store.get(&h).unwrap(), b"stored whole\n");
-        std::fs::remove_file(dir.path().join("tmp")).unwrap();
-        let (fan, rest) = rel_name(&h);
-        let path = dir.path().join("artifacts/blobs").join(fan).join(rest);
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .unwrap();
-        std::fs::write(&path, b"stored").unwrap();
-        assert_eq!(store.get(&h).unwrap_err().code(), "blob_hash_mismatch");
-        assert_eq!(store.put_bytes(b"stored whole\n").unwrap(), h);
-        assert_eq!(store.get(&h).unwrap(), b"stored whole\n");
-    }
-
     /// While the store keeps recent contents, reading one back does not
     /// touch the file (here removed); once it stops, the file is read.
     #[test]
     fn contents_kept_in_memory_are_read_back_without_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir.path()).unwrap());
-        let store = BlobStore::new(rt);
+        let store = BlobStore::new(rt, Arc::default());
         let src = dir.path().join("src.txt");
         std::fs::write(&src, b"kept in memory\n").unwrap();
         let kept = store.keep_recent(1 << 20);

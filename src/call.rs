@@ -283,7 +283,8 @@ pub fn expected_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, Workspace
     }
 }
 
-/// Writes `artifacts/patches/<id>.diff` durably; returns its reference.
+/// Writes `artifacts/patches/<id>.diff` (durable before the next record);
+/// returns its reference.
 pub fn write_patch_artifact(
     ws: &Workspace,
     id: &str,
@@ -303,15 +304,16 @@ pub fn write_patch_artifact(
         Ok(d) => d,
         Err(_) => {
             let (art, _) =
-                crate::fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts").map_err(err)?;
-            crate::fs_util::open_or_create_private_dir(art.as_fd(), "patches")
+                crate::fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts", ws.durable())
+                    .map_err(err)?;
+            crate::fs_util::open_or_create_private_dir(art.as_fd(), "patches", ws.durable())
                 .map_err(err)?
                 .0
         }
     };
     let name = format!("{id}.diff");
-    crate::fs_util::write_new(dir.as_fd(), name.as_ref(), diff, 0o600).map_err(err)?;
-    crate::fs_util::note_deferred();
+    crate::fs_util::write_new(dir.as_fd(), name.as_ref(), diff, 0o600, ws.durable())
+        .map_err(err)?;
     Ok(format!("artifacts/patches/{name}"))
 }
 

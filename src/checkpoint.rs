@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 
+use crate::durable::{Durable, Keep};
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
 use crate::record::GitState;
@@ -86,23 +87,33 @@ fn body_checksum(file: &CheckpointFile) -> Result<String, serde_json::Error> {
     Ok(ContentHash::of(&serde_json::to_vec(&c)?).to_string())
 }
 
-fn open_dir(rt: &OwnedFd) -> io::Result<OwnedFd> {
-    Ok(fs_util::open_or_create_private_dir(rt.as_fd(), CHECKPOINTS_DIR)?.0)
+fn open_dir(rt: &OwnedFd, durable: &Durable) -> io::Result<OwnedFd> {
+    Ok(fs_util::open_or_create_private_dir(rt.as_fd(), CHECKPOINTS_DIR, durable)?.0)
 }
 
-/// Writes a checkpoint file durably; fails if one with that id already exists.
-pub fn write(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, CheckpointError> {
-    write_file(rt, file, false)
+/// Writes a checkpoint file (durable before the next record, through
+/// `durable`); fails if one with that id already exists.
+pub fn write(
+    rt: &OwnedFd,
+    durable: &Durable,
+    file: &CheckpointFile,
+) -> Result<String, CheckpointError> {
+    write_file(rt, durable, file, false)
 }
 
 /// Writes a checkpoint file over an existing one (`ckpt repair`
-/// re-anchoring it), durably.
-pub fn rewrite(rt: &OwnedFd, file: &CheckpointFile) -> Result<String, CheckpointError> {
-    write_file(rt, file, true)
+/// re-anchoring it), durable before the next record.
+pub fn rewrite(
+    rt: &OwnedFd,
+    durable: &Durable,
+    file: &CheckpointFile,
+) -> Result<String, CheckpointError> {
+    write_file(rt, durable, file, true)
 }
 
 fn write_file(
     rt: &OwnedFd,
+    durable: &Durable,
     file: &CheckpointFile,
     replace: bool,
 ) -> Result<String, CheckpointError> {
@@ -111,10 +122,17 @@ fn write_file(
     let mut bytes =
         serde_json::to_vec_pretty(&f).map_err(|e| io_error("serialise", &f.checkpoint, e))?;
     bytes.push(b'\n');
-    let dir = open_dir(rt).map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
+    let dir = open_dir(rt, durable).map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
     let name = file_name(&f.checkpoint);
-    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, !replace)
-        .map_err(|e| io_error("write", &name, e))?;
+    fs_util::write_atomic(
+        dir.as_fd(),
+        name.as_ref(),
+        &bytes,
+        0o600,
+        !replace,
+        Keep::Named(durable),
+    )
+    .map_err(|e| io_error("write", &name, e))?;
     Ok(format!("{CHECKPOINTS_DIR}/{name}"))
 }
 
@@ -135,7 +153,8 @@ pub fn read(rt: &OwnedFd, id: &str) -> Result<CheckpointFile, CheckpointError> {
             why: "not a checkpoint id".into(),
         });
     }
-    let dir = open_dir(rt).map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
+    let dir = fs_util::open_dir(rt.as_fd(), CHECKPOINTS_DIR)
+        .map_err(|e| io_error("open", CHECKPOINTS_DIR, e))?;
     let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref())
         .map_err(|e| io_error("open", &name, e))?;
     let mut bytes = Vec::new();

@@ -33,6 +33,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::durable::Durable;
+
 /// How much of a transcript's end [`last_uuid`] reads.
 pub const TAIL_BYTES: u64 = 256 * 1024;
 /// The largest transcript [`prepare`] reads.
@@ -194,9 +196,14 @@ impl Prepared {
     }
 
     /// Writes the fork as `<source dir>/<new_session_id>.jsonl` (temp file,
-    /// fsync, rename that refuses to replace, directory fsync) and returns its
+    /// a hard link that refuses to replace, its data and directory entry then
+    /// durable before the next record through `durable`) and returns its
     /// path. Fails with [`TranscriptError::Exists`] rather than overwrite.
-    pub fn write(&self, new_session_id: &str) -> Result<PathBuf, TranscriptError> {
+    pub fn write(
+        &self,
+        new_session_id: &str,
+        durable: &Durable,
+    ) -> Result<PathBuf, TranscriptError> {
         if new_session_id.is_empty()
             || new_session_id.len() > 128
             || new_session_id.starts_with('.')
@@ -239,10 +246,7 @@ impl Prepared {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(&out)?;
-            if !crate::test_no_fsync() {
-                f.sync_all()?;
-            }
-            Ok(())
+            durable.content(&f)
         })();
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
@@ -259,10 +263,10 @@ impl Prepared {
             }
             Err(e) => return Err(io_err("create", &target)(e)),
         }
-        if !crate::test_no_fsync()
-            && let Ok(d) = File::open(&dir)
-        {
-            let _ = d.sync_all();
+        if let Ok(d) = File::open(&dir) {
+            durable
+                .content_dir(&d)
+                .map_err(|e| io_err("sync the directory of", &target)(e))?;
         }
         Ok(target)
     }
@@ -392,8 +396,9 @@ pub fn fork(
     path: &Path,
     last_uuid: &str,
     new_session_id: &str,
+    durable: &Durable,
 ) -> Result<PathBuf, TranscriptError> {
-    prepare(path, last_uuid)?.write(new_session_id)
+    prepare(path, last_uuid)?.write(new_session_id, durable)
 }
 
 /// A new random session id in Claude Code's form (a UUID v4 string).

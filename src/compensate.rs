@@ -337,9 +337,9 @@ fn create_output(
     action: &str,
 ) -> Result<(std::os::fd::OwnedFd, std::fs::File, String), FsError> {
     let rt = ws.runtime_dir();
-    let (art, _) = fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts")
+    let (art, _) = fs_util::open_or_create_private_dir(rt.as_fd(), "artifacts", ws.durable())
         .map_err(|e| FsError::new("open", ".agent-runtime/artifacts", e))?;
-    let (dir, _) = fs_util::open_or_create_private_dir(art.as_fd(), "outputs")
+    let (dir, _) = fs_util::open_or_create_private_dir(art.as_fd(), "outputs", ws.durable())
         .map_err(|e| FsError::new("open", ".agent-runtime/artifacts/outputs", e))?;
     let name = format!("{action}.out");
     let f = fs_util::create_excl(dir.as_fd(), name.as_ref(), 0o600).map_err(|e| {
@@ -477,10 +477,12 @@ fn run(ws: &Workspace, report: &mut CompensateReport) -> Result<(), WorkspaceErr
         }
     };
     // Data before pointers: the output is durable before the record naming it.
-    fs_util::sync_data(&out)
+    ws.durable()
+        .content(&out)
         .map_err(|e| FsError::new("sync", format!(".agent-runtime/{output_ref}"), e))?;
     drop(out);
-    fs_util::fsync_dir(out_dir.as_fd())
+    ws.durable()
+        .content_dir(&out_dir)
         .map_err(|e| FsError::new("sync", ".agent-runtime/artifacts/outputs", e))?;
     failpoint("compensate.after_exec", &call)?;
     if let Some(r) = &report.retry_of {

@@ -352,7 +352,7 @@ pub(crate) fn remove_conflict_file(ws: &Workspace, id: &str) {
             format!("{id}.json").as_str(),
             rustix::fs::AtFlags::empty(),
         );
-        let _ = fs_util::fsync_dir(dir.as_fd());
+        let _ = ws.durable().content_dir(&dir);
     }
 }
 

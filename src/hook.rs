@@ -22,6 +22,7 @@ use crate::agent_files::{self, AgentFile, Registry};
 use crate::call::{self, FileState};
 use crate::capture::{self, Capture, HookEvent, OriginalFile, Outcome, Phase, TargetRole};
 use crate::config::Config;
+use crate::durable::Keep;
 use crate::fs_util::{self, EntryKind, FsError};
 use crate::hash::ContentHash;
 use crate::paths::{PathError, RelPath};
@@ -141,14 +142,15 @@ struct CallState {
 }
 
 fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
-    let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state")
-        .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
+    let (fd, _) =
+        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state", ws.durable())
+            .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
     Ok(fd)
 }
 
 fn calls_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
     let st = state_dir(ws)?;
-    let (fd, _) = fs_util::open_or_create_private_dir(st.as_fd(), "calls")
+    let (fd, _) = fs_util::open_or_create_private_dir(st.as_fd(), "calls", ws.durable())
         .map_err(|e| FsError::new("open", ".agent-runtime/state/calls", e))?;
     Ok(fd)
 }
@@ -167,11 +169,15 @@ fn read_json<T: for<'de> Deserialize<'de>>(dir: &OwnedFd, name: &str) -> Option<
 fn write_json<T: Serialize>(dir: &OwnedFd, name: &str, v: &T) -> Result<(), WorkspaceError> {
     let bytes = serde_json::to_vec(v).map_err(|e| FsError::new("write", name, e.into()))?;
     // A cache of the ledger: atomic (never half-written), not worth an fsync.
-    let was = crate::durability_off();
-    crate::set_deferred(true);
-    let r = fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false);
-    crate::set_deferred(was);
-    r.map_err(|e| FsError::new("write", format!(".agent-runtime/state/{name}"), e).into())
+    fs_util::write_atomic(
+        dir.as_fd(),
+        name.as_ref(),
+        &bytes,
+        0o600,
+        false,
+        Keep::Cache,
+    )
+    .map_err(|e| FsError::new("write", format!(".agent-runtime/state/{name}"), e).into())
 }
 
 /// Holds `state/state.lock` while the agent-file registry is read and rewritten.
@@ -317,9 +323,9 @@ const RECENT_BUDGET: usize = 64 << 20;
 pub fn run(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {
     match ev.phase {
         // The syncs of the call's blobs and patch run together, just before the
-        // ledger append that names them (`Ledger::lock` flushes the set).
-        Phase::Pre => with_sync_set(|| pre(ws, cfg, ev)),
-        Phase::Post | Phase::PostFailure => with_sync_set(|| post(ws, cfg, ev)),
+        // ledger append that names them (the append syncs the durable set).
+        Phase::Pre => then_sync(ws, || pre(ws, cfg, ev)),
+        Phase::Post | Phase::PostFailure => then_sync(ws, || post(ws, cfg, ev)),
         Phase::Prompt => {
             let label = ev
                 .prompt
@@ -351,20 +357,16 @@ fn prompt_label(prompt: &str) -> Option<String> {
     Some(crate::redact::cut_chars(line, 120).0.to_string())
 }
 
-/// Runs `f` with a [`fs_util::SyncSet`] collecting its syncs; what is still
-/// queued at the end (content no record names yet) is synced then.
-fn with_sync_set(f: impl FnOnce() -> Result<HookStats, HookError>) -> Result<HookStats, HookError> {
-    let set = fs_util::SyncSet::start();
+/// Runs `f`, then syncs what is still waiting (content no record names
+/// yet), whether `f` failed or not.
+fn then_sync(
+    ws: &Workspace,
+    f: impl FnOnce() -> Result<HookStats, HookError>,
+) -> Result<HookStats, HookError> {
     let r = f();
-    let flushed = set.flush().map_err(|e| {
-        HookError::from(WorkspaceError::from(FsError::new(
-            "sync",
-            ".agent-runtime",
-            e,
-        )))
-    });
+    let synced = ws.sync_all().map_err(HookError::from);
     let stats = r?;
-    flushed?;
+    synced?;
     Ok(stats)
 }
 
@@ -566,14 +568,12 @@ fn after_snapshot() -> Result<(), WorkspaceError> {
 }
 
 /// A shell pre: the `started` record (`drafts`, which do not depend on the
-/// walk) is written first and synced after the walk, the disk writing it
-/// meanwhile ([`LedgerLock::write_then_sync`](crate::ledger::LedgerLock::write_then_sync)):
-/// most of its `fdatasync` is hidden behind the walk, with no thread to wake
-/// (on this project's 2-vCPU VM a new thread often waited a millisecond for
-/// a CPU). Returns once both are durable. If the walk fails after the record
+/// walk) is written first, the ledger's lock released, and synced after the
+/// walk together with the snapshot the walk saved
+/// ([`LedgerLock::write_then_sync`](crate::ledger::LedgerLock::write_then_sync)):
+/// one wait for both. Returns once both are durable. If the walk fails after the record
 /// was written, a `failed` record closes the call, so that it is never left
-/// in doubt. A first hook, whose directories are still being synced in the
-/// background (they must be durable before any record), walks first.
+/// in doubt.
 fn record_while_walking(
     ws: &Workspace,
     cfg: &Config,
@@ -581,23 +581,9 @@ fn record_while_walking(
     drafts: &[Draft],
 ) -> Result<(), WorkspaceError> {
     let walk = || -> Result<(), WorkspaceError> {
-        // Inside a hook's sync set the syncs are queued and run together
-        // (one `syncfs` only from 32 files on): a batch's `syncfs` for every
-        // call wrote back whatever else was dirty on the file system, a
-        // parallel build's output included (measured: 0.1-0.8 s per shell
-        // post in real sessions).
-        let batch = (!fs_util::collecting()).then(|| BatchDurability::start(ws));
         crate::dispose(crate::scan::pre(ws, cfg, key)?);
-        if let Some(b) = batch {
-            b.finish()?;
-        }
-        crate::timing("pre: snapshot durable");
         after_snapshot()
     };
-    if fs_util::background_before_records() {
-        walk()?;
-        return append(ws, drafts);
-    }
     let written = ws.ledger().lock()?.write_then_sync(drafts)?;
     let walked = walk();
     written.sync()?;
@@ -768,16 +754,13 @@ fn post_with(
             size: None,
         })
         .collect();
-    let mut batch_guard: Option<BatchDurability<'_>> = None;
     // The scan's new snapshot, saved while the patches are made.
     let mut saving = crate::scan::Saving::default();
     if state.as_ref().is_some_and(|s| s.scan) {
         match crate::scan::load_for_call(ws, key) {
             Some(pre_snap) => {
-                // Many files: write blobs and patches unsynced, then flush them
-                // all with one syncfs before the records that name them.
-                // (Not in a hook's sync set: see `record_while_walking`.)
-                batch_guard = (!fs_util::collecting()).then(|| BatchDurability::start(ws));
+                // Many files: their syncs become one syncfs before the records
+                // that name them (the durable set decides, from 32 on).
                 // Other shell calls open right now could have made any change we
                 // see: name them all rather than guess (issue 3).
                 let others = open_scan_calls(ws, &call, session.as_deref());
@@ -848,12 +831,7 @@ fn post_with(
             None => warnings.push("the workspace snapshot taken before this call is missing; its file changes are not recorded".into()),
         }
     }
-    // Saved before the batch's `syncfs`, which is to flush it.
-    saving.wait()?;
-    if let Some(b) = batch_guard.take() {
-        b.finish()?;
-        crate::timing("post: synced");
-    }
+    saving.wait(ws)?;
     let mut failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
     let mut error = ev.error.clone();
     // Codex says how a shell call ended only in its transcript.
@@ -1013,52 +991,6 @@ fn reconstruct_before(
     }
     // Nothing tells what it held: ckpt does not claim to know.
     Ok(None)
-}
-
-/// Defers per-file syncs while many files are stored; `finish` flushes them all
-/// with one `syncfs`. Dropped without `finish` (an error path), it restores
-/// per-file syncing and flushes anyway.
-pub(crate) struct BatchDurability<'w> {
-    ws: &'w Workspace,
-    was_off: bool,
-    done: bool,
-}
-
-impl<'w> BatchDurability<'w> {
-    pub(crate) fn start(ws: &'w Workspace) -> BatchDurability<'w> {
-        let was_off = crate::durability_off();
-        crate::set_deferred(true);
-        fs_util::reset_deferred();
-        BatchDurability {
-            ws,
-            was_off,
-            done: false,
-        }
-    }
-
-    pub(crate) fn finish(mut self) -> Result<(), WorkspaceError> {
-        self.done = true;
-        self.end()
-            .map_err(|e| FsError::new("sync", ".agent-runtime", e).into())
-    }
-
-    /// Per-file syncing again, one `syncfs` for what the batch wrote, then
-    /// the blobs it left in flight marked durable.
-    fn end(&self) -> std::io::Result<()> {
-        crate::set_deferred(self.was_off);
-        crate::failpoint::hit("batch.before_syncfs")?;
-        fs_util::sync_all_under(self.ws.runtime_dir().as_fd())?;
-        self.ws.blobs().settle_batch();
-        Ok(())
-    }
-}
-
-impl Drop for BatchDurability<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.end();
-        }
-    }
 }
 
 /// The state of every call whose pre has run and whose post has not.
@@ -1239,7 +1171,7 @@ pub fn close_open_calls(
         });
         ev.outcome_unknown = st.outside;
         let (call, tool) = (st.call.clone(), st.tool.clone());
-        let stats = with_sync_set(|| post_with(ws, cfg, &ev, call.clone(), &key, Some(st)))?;
+        let stats = then_sync(ws, || post_with(ws, cfg, &ev, call.clone(), &key, Some(st)))?;
         out.push(ClosedCall {
             call,
             tool,

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FileType, Mode, OFlags};
 use serde::Deserialize;
 
+use crate::durable::{Durable, Keep};
 use crate::failpoint;
 use crate::fs_util::{self, FsError};
 use crate::hash::{Hasher, hex};
@@ -422,13 +423,15 @@ pub struct Appended {
 pub struct Ledger {
     rt: Arc<OwnedFd>,
     clock: Arc<Clock>,
+    /// The content the records will name, made durable before them.
+    durable: Arc<Durable>,
     lock_timeout: Duration,
 }
 
 /// Creates an empty `ledger.jsonl` in `rt` (mode 0600) unless one exists;
 /// its directory entry is the caller's to sync (workspace init syncs it with
-/// the rest of `.agent-runtime/`).
-pub(crate) fn create_empty(rt: BorrowedFd<'_>) -> io::Result<()> {
+/// the rest of `.agent-runtime/`). True when it was created.
+pub(crate) fn create_empty(rt: BorrowedFd<'_>) -> io::Result<bool> {
     match rustix::fs::openat(
         rt,
         LEDGER_FILE,
@@ -441,9 +444,9 @@ pub(crate) fn create_empty(rt: BorrowedFd<'_>) -> io::Result<()> {
             // the ledger's by init): a ledger with records and no head is
             // one whose head was deleted.
             write_head(rt, &Tail::default());
-            Ok(())
+            Ok(true)
         }
-        Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(rustix::io::Errno::EXIST) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
@@ -521,14 +524,21 @@ pub fn damaged_mark(rt: BorrowedFd<'_>) -> Option<String> {
     })
 }
 
-/// Leaves [`DAMAGED_FILE`] with `why` (durably, best effort: it only stops
+/// Leaves [`DAMAGED_FILE`] with `why` (atomically, unsynced: it only stops
 /// writers sooner; every full read finds the damage again).
 pub fn mark_damaged(rt: BorrowedFd<'_>, why: &str) {
     if damaged_mark(rt).is_some() {
         return;
     }
     let line = format!("{}\n", why.replace('\n', " "));
-    let _ = fs_util::write_atomic(rt, DAMAGED_FILE.as_ref(), line.as_bytes(), 0o600, true);
+    let _ = fs_util::write_atomic(
+        rt,
+        DAMAGED_FILE.as_ref(),
+        line.as_bytes(),
+        0o600,
+        true,
+        Keep::Cache,
+    );
 }
 
 /// Takes [`DAMAGED_FILE`] away (`ckpt repair`, once the ledger is whole).
@@ -540,11 +550,13 @@ pub(crate) fn clear_damaged(rt: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 impl Ledger {
-    /// Opens the ledger living in the runtime directory `rt`.
-    pub fn new(rt: Arc<OwnedFd>, clock: Arc<Clock>) -> Ledger {
+    /// Opens the ledger living in the runtime directory `rt`; every append
+    /// makes what `durable` holds durable before it writes its records.
+    pub fn new(rt: Arc<OwnedFd>, clock: Arc<Clock>, durable: Arc<Durable>) -> Ledger {
         Ledger {
             rt,
             clock,
+            durable,
             lock_timeout: Duration::from_secs(5),
         }
     }
@@ -569,8 +581,8 @@ impl Ledger {
     fn lock_with(&self, check: bool) -> Result<LedgerLock<'_>, LedgerError> {
         // Content this process wrote for the records to come is made durable
         // before them (and outside the lock, so other writers do not wait on it).
-        fs_util::flush_queued()
-            .and_then(|()| fs_util::wait_background(Some(fs_util::Before::Records)))
+        self.durable
+            .before_records()
             .map_err(|e| io_err("sync the content named by", e))?;
         let lock_fd = rustix::fs::openat(
             &*self.rt,
@@ -632,7 +644,8 @@ impl Ledger {
         if !existed {
             rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600))
                 .map_err(|e| io_err("chmod", e))?;
-            fs_util::fsync_dir_now(self.rt.as_fd())
+            self.durable
+                .dir_now(self.rt.as_fd())
                 .map_err(|e| io_err("sync the directory of", e))?;
         }
         if !check {
@@ -1142,7 +1155,9 @@ fn synced_or_flagged(ledger: &Ledger, synced: io::Result<()>) -> Result<(), Ledg
             b"an fdatasync of ledger.jsonl failed; run `ckpt verify`\n",
             0o600,
             false,
-        );
+            Keep::Named(&ledger.durable),
+        )
+        .and_then(|()| ledger.durable.before_records());
         return Err(LedgerError::SyncFailed(e));
     }
     failpoint::hit("ledger.after_fdatasync").map_err(|e| io_err("append to", e))?;
@@ -1171,14 +1186,15 @@ impl Written<'_> {
 
     fn finish(&mut self) -> Result<(), LedgerError> {
         self.done = true;
-        synced_or_flagged(self.ledger, fs_util::sync_data_now(&self.file))?;
+        let (own, beside) = self.ledger.durable.with_records(&self.file);
+        synced_or_flagged(self.ledger, own)?;
         // The head anchor moves on only if nothing was appended since: a later
         // writer sets it after its own sync, which covered these records too
         // (the anchor may lag behind the ledger, never run ahead of it).
         if rustix::fs::fstat(&self.file).is_ok_and(|st| st.st_size as u64 == self.tail.end) {
             write_head(self.ledger.rt.as_fd(), &self.tail);
         }
-        Ok(())
+        beside.map_err(|e| io_err("sync the files written beside", e))
     }
 }
 
@@ -1206,39 +1222,18 @@ impl<'a> LedgerLock<'a> {
         &self.tail
     }
 
-    /// Appends records in one `write` and one `fdatasync`.
+    /// Appends records in one `write` and one `fdatasync`: the content
+    /// they name ([`Durable::content`]) is made durable first, what no
+    /// record names ([`Durable::unnamed`]) beside the ledger's own sync.
+    /// Returns once both are durable; an error of the latter is returned
+    /// after the records are durable.
     pub fn append(&mut self, drafts: &[Draft]) -> Result<Vec<Appended>, LedgerError> {
-        self.append_beside(drafts, fs_util::Pending::default())
-    }
-
-    /// [`append`](Self::append), with `beside` (syncs of content these records
-    /// do not name) run concurrently with the ledger's own `fdatasync`: one
-    /// wait instead of two in a row. Returns once both are durable; an error
-    /// of `beside` is returned after the records are durable.
-    pub fn append_beside(
-        &mut self,
-        drafts: &[Draft],
-        beside: fs_util::Pending,
-    ) -> Result<Vec<Appended>, LedgerError> {
         let (tail, out) = self.write_records(drafts)?;
-        let (synced, beside) = if beside.is_empty() {
-            (fs_util::sync_data_now(&self.file), Ok(()))
-        } else {
-            std::thread::scope(|s| {
-                let h = s.spawn(|| beside.run());
-                let r = fs_util::sync_data_now(&self.file);
-                let b = h
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked")));
-                (r, b)
-            })
-        };
-        synced_or_flagged(self.ledger, synced)?;
+        let (own, beside) = self.ledger.durable.with_records(&self.file);
+        synced_or_flagged(self.ledger, own)?;
         self.tail = tail;
         write_head(self.ledger.rt.as_fd(), &self.tail);
-        beside
-            .and_then(|()| fs_util::wait_background(None))
-            .map_err(|e| io_err("sync the files written beside", e))?;
+        beside.map_err(|e| io_err("sync the files written beside", e))?;
         Ok(out)
     }
 
@@ -1250,7 +1245,6 @@ impl<'a> LedgerLock<'a> {
     /// append after them meanwhile (its `fdatasync` covers them too).
     pub fn write_then_sync(mut self, drafts: &[Draft]) -> Result<Written<'a>, LedgerError> {
         let (tail, out) = self.write_records(drafts)?;
-        fs_util::start_writeback_range(&self.file, self.tail.end, tail.end - self.tail.end);
         let LedgerLock { ledger, file, .. } = self;
         Ok(Written {
             ledger,
@@ -1265,7 +1259,10 @@ impl<'a> LedgerLock<'a> {
     /// yet synced; returns the tail they make.
     fn write_records(&mut self, drafts: &[Draft]) -> Result<(Tail, Vec<Appended>), LedgerError> {
         // Anything queued since the lock was taken is durable before the records.
-        fs_util::flush_queued().map_err(|e| io_err("sync the content named by", e))?;
+        self.ledger
+            .durable
+            .before_records()
+            .map_err(|e| io_err("sync the content named by", e))?;
         let mut buf = Vec::new();
         let mut out = Vec::with_capacity(drafts.len());
         let mut seq = self.tail.seq;
@@ -1308,13 +1305,15 @@ impl<'a> LedgerLock<'a> {
             .map_err(|e| io_err("create a backup of", e))?;
         b.write_all(&all)
             .map_err(|e| io_err("write a backup of", e))?;
-        fs_util::sync_data_now(&b).map_err(|e| io_err("sync a backup of", e))?;
-        fs_util::fsync_dir_now(rt).map_err(|e| io_err("sync the directory of", e))?;
+        let d = &self.ledger.durable;
+        d.file_now(&b).map_err(|e| io_err("sync a backup of", e))?;
+        d.dir_now(rt)
+            .map_err(|e| io_err("sync the directory of", e))?;
         failpoint::hit("ledger.repair.before_truncate").map_err(|e| io_err("repair", e))?;
         self.file
             .set_len(torn.offset)
             .map_err(|e| io_err("truncate", e))?;
-        fs_util::sync_data_now(&self.file).map_err(|e| io_err("sync", e))?;
+        d.file_now(&self.file).map_err(|e| io_err("sync", e))?;
         crate::trace::event(
             rt,
             &self.ledger.clock,
@@ -1345,12 +1344,15 @@ impl<'a> LedgerLock<'a> {
             .map_err(|e| io_err("create the repaired copy of", e))?;
         f.write_all(bytes)
             .map_err(|e| io_err("write the repaired copy of", e))?;
-        fs_util::sync_data_now(&f).map_err(|e| io_err("sync the repaired copy of", e))?;
+        let d = &self.ledger.durable;
+        d.file_now(&f)
+            .map_err(|e| io_err("sync the repaired copy of", e))?;
         drop(f);
         failpoint::hit("ledger.repair.before_rename").map_err(|e| io_err("repair", e))?;
         rustix::fs::renameat(rt, tmp.as_str(), rt, LEDGER_FILE)
             .map_err(|e| io_err("replace", e))?;
-        fs_util::fsync_dir_now(rt).map_err(|e| io_err("sync the directory of", e))?;
+        d.dir_now(rt)
+            .map_err(|e| io_err("sync the directory of", e))?;
         let fd = rustix::fs::openat(
             rt,
             LEDGER_FILE,
@@ -1500,7 +1502,7 @@ mod tests {
         use crate::record::{CallStatus, ToolCall};
         let t = tempfile::tempdir().unwrap();
         let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
-        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()));
+        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()), Arc::default());
         let long = |n: usize| {
             let error = Some("x".repeat(n));
             Draft::new(Body::ToolCall(ToolCall::end(
@@ -1547,7 +1549,7 @@ mod tests {
         let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
         // As init makes it: the head anchor is there from the start.
         create_empty(rt.as_fd()).unwrap();
-        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()));
+        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()), Arc::default());
         let first = ledger
             .lock()
             .unwrap()

@@ -11,6 +11,8 @@
 //!   diffs; [`checkpoint`] the checkpoint files.
 //! - [`call`] records a call made through the library (begin, write files, finish).
 //! - [`verify`] checks the chain, the blobs, the artifacts and the checkpoints.
+//! - [`durable`] is the one place that syncs: content is durable before a
+//!   record names it.
 //! - [`paths`] and [`fs_util`] keep every path inside the workspace.
 //!
 //! The library never prints, never reads environment variables and never picks
@@ -54,6 +56,7 @@ pub mod compensate;
 pub mod config;
 pub mod conflict;
 pub mod doctor;
+pub mod durable;
 pub mod effect;
 pub mod failpoint;
 pub mod fs_util;
@@ -106,34 +109,6 @@ pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
         src = c.source();
     }
     s.replace('\n', " ")
-}
-
-static DURABILITY_OFF: AtomicBool = AtomicBool::new(false);
-static TEST_NO_FSYNC: AtomicBool = AtomicBool::new(false);
-
-/// Turns fsync/fdatasync off for this process (tests only: `CKPT_TEST_FSYNC=0`,
-/// like git's `GIT_TEST_FSYNC=0`). A killed process does not lose the page
-/// cache, so process-crash tests stay meaningful; power-loss semantics do not.
-pub fn set_durability(on: bool) {
-    TEST_NO_FSYNC.store(!on, Ordering::Relaxed);
-    DURABILITY_OFF.store(!on, Ordering::Relaxed);
-}
-
-/// Defers per-file syncs inside a batch (flushed by one syncfs at its end);
-/// unlike [`set_durability`], never a test switch.
-pub(crate) fn set_deferred(on: bool) {
-    DURABILITY_OFF.store(
-        on || TEST_NO_FSYNC.load(Ordering::Relaxed),
-        Ordering::Relaxed,
-    );
-}
-
-pub(crate) fn durability_off() -> bool {
-    DURABILITY_OFF.load(Ordering::Relaxed)
-}
-
-pub(crate) fn test_no_fsync() -> bool {
-    TEST_NO_FSYNC.load(Ordering::Relaxed)
 }
 
 static SHORT_LIVED: AtomicBool = AtomicBool::new(false);

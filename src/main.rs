@@ -13,15 +13,7 @@ fn main() {
     tune_allocator();
     survive_file_size_limit();
     ckpt::short_lived_process();
-    let mut code = cli::main();
-    // Syncs a command left running in the background (a first hook's new
-    // directories) are done before the process reports anything by exiting.
-    if let Err(e) = ckpt::fs_util::wait_background(None) {
-        eprintln!("ckpt: cannot sync `.agent-runtime/`: {e}; run `ckpt verify`");
-        if code == 0 {
-            code = 1;
-        }
-    }
+    let code = cli::main();
     ckpt::timing("exit");
     std::process::exit(code);
 }

@@ -65,3 +65,41 @@ mod tests {
         }
     }
 }
+
+/// Work started on a thread of its own by [`spawn_or_run`].
+#[derive(Debug)]
+pub struct Running<T>(Option<std::thread::JoinHandle<Option<T>>>);
+
+impl<T> Running<T> {
+    /// Waits for the work: what it returned, `None` if it panicked.
+    pub fn join(self) -> Option<T> {
+        self.0?.join().ok().flatten()
+    }
+}
+
+/// Runs `work` on a new thread (`Ok`: its handle), or here when no thread
+/// can be started (`Err`: what it returned).
+pub fn spawn_or_run<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Running<T>, T> {
+    // Shared, so that a thread that could not be started leaves it here.
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(work)));
+    let theirs = slot.clone();
+    let take = |s: &std::sync::Mutex<Option<_>>| {
+        s.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    };
+    let spawned = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || take(&theirs).map(|w| w()));
+    match spawned {
+        Ok(h) => Ok(Running(Some(h))),
+        Err(_) => match take(&slot) {
+            Some(w) => Err(w()),
+            // (Unreachable: only the thread takes it otherwise; joins as
+            // lost work.)
+            None => Ok(Running(None)),
+        },
+    }
+}

@@ -27,6 +27,7 @@ use std::os::fd::AsFd;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::durable::Keep;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
 use crate::paths::RelPath;
@@ -348,7 +349,6 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     let mut verdicts = Vec::new();
     let mut drafts: Vec<Draft> = Vec::new();
     let mut new_conflicts = Vec::new();
-    let batch = crate::hook::BatchDurability::start(ws);
     for (id, ci) in &calls {
         let started = ci.started.unwrap_or(ci.first);
         let mut v = CallVerdict {
@@ -413,7 +413,6 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
         }
         verdicts.push(v);
     }
-    batch.finish()?;
     for c in &new_conflicts {
         drafts.push(Draft::new(Body::Conflict(c.clone())));
     }
@@ -812,6 +811,7 @@ fn write_note(ws: &Workspace, text: &str) -> Result<(), WorkspaceError> {
         text.as_bytes(),
         0o600,
         false,
+        Keep::Named(ws.durable()),
     )
     .map_err(|e| FsError::new("write", ".agent-runtime/RECOVERY.md", e).into())
 }

@@ -19,6 +19,7 @@ use std::os::fd::AsFd;
 use serde::Serialize;
 
 use crate::checkpoint;
+use crate::durable::Keep;
 use crate::fs_util;
 use crate::ledger::{self, Head, HeadState};
 use crate::record::{Body, Draft, Repair};
@@ -130,13 +131,21 @@ impl Workspace {
             }
             return Ok(report);
         }
-        let damaged = fs_util::open_or_create_private_dir(rt.as_fd(), DAMAGED_DIR)
+        let d = self.durable();
+        let damaged = fs_util::open_or_create_private_dir(rt.as_fd(), DAMAGED_DIR, d)
             .map_err(|e| io("create", DAMAGED_DIR, e))?
             .0;
         // 1. The old ledger, whole.
         if rebuilt.changed {
             let name = backup.trim_start_matches("damaged/");
-            match fs_util::write_atomic(damaged.as_fd(), name.as_ref(), &bytes, 0o600, true) {
+            match fs_util::write_atomic(
+                damaged.as_fd(),
+                name.as_ref(),
+                &bytes,
+                0o600,
+                true,
+                Keep::Named(d),
+            ) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io("write", &backup, e)),
@@ -144,24 +153,35 @@ impl Workspace {
         }
         // 2. Checkpoints re-anchored, their old files kept.
         if !reanchor.is_empty() {
-            let old = fs_util::open_or_create_private_dir(damaged.as_fd(), "checkpoints")
+            let old = fs_util::open_or_create_private_dir(damaged.as_fd(), "checkpoints", d)
                 .map_err(|e| io("create", "damaged/checkpoints", e))?
                 .0;
             for (f, hash) in &reanchor {
                 let name = checkpoint::file_name(&f.checkpoint);
                 let kept = serde_json::to_vec_pretty(f).unwrap_or_default();
-                match fs_util::write_atomic(old.as_fd(), name.as_ref(), &kept, 0o600, true) {
+                match fs_util::write_atomic(
+                    old.as_fd(),
+                    name.as_ref(),
+                    &kept,
+                    0o600,
+                    true,
+                    Keep::Named(d),
+                ) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(io("write", &format!("damaged/checkpoints/{name}"), e)),
                 }
                 let mut new = f.clone();
                 new.upto_hash = Some(hash.clone());
-                checkpoint::rewrite(rt, &new).map_err(|e| {
+                // The old file's copy is durable before it is replaced.
+                self.sync_all()?;
+                checkpoint::rewrite(rt, d, &new).map_err(|e| {
                     WorkspaceError::Refused(format!("cannot re-anchor {}: {e}", f.checkpoint))
                 })?;
             }
         }
+        // The old ledger's copy is durable before the ledger is replaced.
+        self.sync_all()?;
         crate::failpoint::hit("repair.before_replace")
             .map_err(|e| io("repair", ledger::LEDGER_FILE, e))?;
         // 3. The rebuilt ledger (or, unchanged, a head anchor again).
@@ -208,17 +228,18 @@ impl Workspace {
                 continue;
             }
             if move_them {
-                let dir = fs_util::open_or_create_private_dir(rt.as_fd(), DAMAGED_DIR)
+                let d = self.durable();
+                let dir = fs_util::open_or_create_private_dir(rt.as_fd(), DAMAGED_DIR, d)
                     .map_err(|e| io("create", DAMAGED_DIR, e))?
                     .0;
-                let blobs = fs_util::open_or_create_private_dir(dir.as_fd(), "blobs")
+                let blobs = fs_util::open_or_create_private_dir(dir.as_fd(), "blobs", d)
                     .map_err(|e| io("create", "damaged/blobs", e))?
                     .0;
                 let name = path.trim_start_matches("artifacts/blobs/").replace('/', "");
                 rustix::fs::renameat(rt.as_fd(), path.as_str(), blobs.as_fd(), name.as_str())
                     .map_err(|e| io("move aside", &path, e.into()))?;
-                fs_util::fsync_dir_now(blobs.as_fd())
-                    .and_then(|()| fs_util::fsync_dir_now(rt.as_fd()))
+                d.dir_now(&blobs)
+                    .and_then(|()| d.dir_now(rt.as_fd()))
                     .map_err(|e| io("sync", "damaged/blobs", e))?;
             }
             out.push(path);

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 
 use crate::call::{self, FileState};
 use crate::config::Config;
+use crate::durable::Keep;
 use crate::effect::{self, Effects};
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
@@ -1880,8 +1881,8 @@ fn store_contents(
     pl: &Planner<'_>,
     report: &mut RollbackReport,
 ) -> Result<(), WorkspaceError> {
-    // Synced together, before the plan that names them is appended.
-    let set = fs_util::SyncSet::start();
+    // Durable before the plan that names them is appended (the ledger's
+    // append syncs them, together).
     for f in report.files.iter_mut() {
         if !(f.result.writes() || f.result == FileResult::Conflict) {
             continue;
@@ -1925,8 +1926,7 @@ fn store_contents(
             }
         }
     }
-    set.flush()
-        .map_err(|e| FsError::new("sync", ".agent-runtime/artifacts/blobs", e).into())
+    Ok(())
 }
 
 // ---------------------------------------------------------------- doing
@@ -1983,7 +1983,7 @@ pub(crate) fn run_plan_settling(
         .filter(|f| f.result.writes())
         .map(|f| &f.path)
         .collect();
-    write_pending(ws.runtime_dir(), &action, &paths)?;
+    write_pending(ws, &action, &paths)?;
     let conflicts = report.conflicts.clone();
     execute_and_end(
         ws,
@@ -2022,33 +2022,25 @@ fn execute_and_end(
     let mut start = Some(start);
     let mut written: Vec<(RelPath, FileState)> = Vec::new();
     let mut drafts = Vec::new();
-    // Syncs are queued and run together, concurrently: the first chunk's
-    // temp files and patch artifacts beside the plan's own fdatasync (the
-    // plan names neither), later chunks' before their first rename, the
-    // directories before the end is appended (the ledger flushes the queue
-    // first). Data before pointers, RELIABILITY B4, in three waits for a
-    // small rollback (plan, directories, end), without a whole-file-system
-    // syncfs.
-    let set = fs_util::SyncSet::start();
+    // The first chunk's temp files and patch artifacts (named by no record
+    // yet) are synced beside the plan's own fdatasync, later chunks' before
+    // their first rename, the directories before the end is appended (the
+    // ledger syncs the content first). Data before pointers, RELIABILITY
+    // B4, in three waits for a small rollback (plan, directories, end).
     // In chunks, so the open directory handles of prepared files stay few.
     let idx: Vec<usize> = (0..files.len())
         .filter(|&i| files[i].result.writes())
         .collect();
     for chunk in idx.chunks(256) {
-        let (prepared, extra) = prepare_chunk(ws, action, files, chunk, resumed)?;
+        let prepared = prepare_chunk(ws, action, files, chunk, resumed)?;
         match start.take() {
-            Some(fresh @ Start::Fresh { .. }) => append_plan(ws, fresh, extra)?,
-            _ => {
-                let mut all = fs_util::take_queued();
-                all.extend(extra);
-                all.run()
-                    .map_err(|e| FsError::new("sync", "the workspace", e))?
-            }
+            Some(fresh @ Start::Fresh { .. }) => append_plan(ws, fresh)?,
+            _ => ws.sync_all()?,
         }
         for (&i, (p, patch, after)) in chunk.iter().zip(prepared) {
             let f = &mut files[i];
             let outcome = match p {
-                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to, ws.trash()),
+                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to, ws.trash(), ws.durable()),
                 Ok(None) => Ok(Written::AlreadyThere),
                 Err(e) => Err(e),
             };
@@ -2084,10 +2076,8 @@ fn execute_and_end(
     }
     if let Some(fresh) = start.take() {
         // Nothing to write (only conflicts): the plan still comes first.
-        append_plan(ws, fresh, fs_util::Pending::default())?;
+        append_plan(ws, fresh)?;
     }
-    set.flush()
-        .map_err(|e| FsError::new("sync", "the workspace", e))?;
     let failed = files
         .iter()
         .any(|f| matches!(f.result, FileResult::Raced | FileResult::Failed));
@@ -2148,15 +2138,15 @@ type PreparedFile = (
 /// Prepares the files `chunk` indexes: each one's temp file and its patch
 /// artifact (written now, synced with the temp files; dropped if the file
 /// races). Large chunks are split over two threads (hashing and copying
-/// from the store is CPU work); their queued syncs come back as the
-/// returned [`fs_util::Pending`], the calling thread's stay queued.
+/// from the store is CPU work); both hand their syncs to the workspace's
+/// durable set.
 fn prepare_chunk(
     ws: &Workspace,
     action: &str,
     files: &[PlannedFile],
     chunk: &[usize],
     resumed: bool,
-) -> Result<(Vec<PreparedFile>, fs_util::Pending), WorkspaceError> {
+) -> Result<Vec<PreparedFile>, WorkspaceError> {
     let one = |i: usize| -> Result<PreparedFile, WorkspaceError> {
         let f = &files[i];
         if resumed {
@@ -2182,58 +2172,42 @@ fn prepare_chunk(
         Ok((p, patch, after))
     };
     if chunk.len() < crate::par::PARALLEL_FROM || crate::par::cpus() < 2 {
-        let v = chunk.iter().map(|&i| one(i)).collect::<Result<_, _>>()?;
-        return Ok((v, fs_util::Pending::default()));
+        return chunk.iter().map(|&i| one(i)).collect();
     }
     let (first, second) = chunk.split_at(chunk.len() / 2);
     let (b, a) = std::thread::scope(|s| {
         let h = s.spawn(|| {
-            let set = fs_util::SyncSet::start();
-            let v = second
+            second
                 .iter()
                 .map(|&i| one(i))
-                .collect::<Result<Vec<_>, _>>();
-            let pending = fs_util::take_queued();
-            drop(set);
-            (v, pending)
+                .collect::<Result<Vec<_>, _>>()
         });
         let a = first.iter().map(|&i| one(i)).collect::<Result<Vec<_>, _>>();
         let b = h.join().unwrap_or_else(|_| {
-            (
-                Err(WorkspaceError::Io(FsError::new(
-                    "prepare",
-                    "",
-                    std::io::Error::other("a worker thread panicked"),
-                ))),
-                fs_util::Pending::default(),
-            )
+            Err(WorkspaceError::Io(FsError::new(
+                "prepare",
+                ".agent-runtime/tmp",
+                std::io::Error::other("a worker thread panicked"),
+            )))
         });
         (b, a)
     });
-    let (b, pending) = b;
     let mut v = a?;
     v.extend(b?);
-    Ok((v, pending))
+    Ok(v)
 }
 
-/// Appends a fresh action's plan, with the syncs queued so far (temp files
-/// and patch artifacts, which the plan does not name, plus `extra` from
-/// worker threads) run beside it, then writes its conflict files.
-fn append_plan(
-    ws: &Workspace,
-    start: Start<'_>,
-    extra: fs_util::Pending,
-) -> Result<(), WorkspaceError> {
+/// Appends a fresh action's plan (the temp files and patch artifacts
+/// written so far, which it does not name, synced beside it), then writes
+/// its conflict files.
+fn append_plan(ws: &Workspace, start: Start<'_>) -> Result<(), WorkspaceError> {
     let Start::Fresh { plan, conflicts } = start else {
         return Ok(());
     };
     crate::failpoint::hit("rollback.before_plan").map_err(|e| {
         WorkspaceError::Io(FsError::new("roll back", ".agent-runtime/ledger.jsonl", e))
     })?;
-    // Taken before the lock, which flushes whatever is still queued.
-    let mut beside = fs_util::take_queued();
-    beside.extend(extra);
-    ws.ledger().lock()?.append_beside(&plan, beside)?;
+    ws.ledger().lock()?.append(&plan)?;
     for c in conflicts {
         write_conflict_file(ws, c)?;
     }
@@ -2255,9 +2229,10 @@ fn to_file_state(s: &PathState) -> FileState {
 
 // ---------------------------------------------------------------- crash handling
 
-fn state_dir(rt: &OwnedFd) -> Result<OwnedFd, WorkspaceError> {
-    let (d, _) = fs_util::open_or_create_private_dir(rt.as_fd(), "state")
-        .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
+fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
+    let (d, _) =
+        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state", ws.durable())
+            .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
     Ok(d)
 }
 
@@ -2271,23 +2246,21 @@ struct PendingMarker {
     paths: Vec<RelPath>,
 }
 
-fn write_pending(rt: &OwnedFd, action: &str, paths: &[&RelPath]) -> Result<(), WorkspaceError> {
+fn write_pending(ws: &Workspace, action: &str, paths: &[&RelPath]) -> Result<(), WorkspaceError> {
     // A hint for the next command, not a record: written atomically but not
     // synced (after a power loss `ckpt recover` still finds the action in the
     // ledger).
-    let dir = state_dir(rt)?;
+    let dir = state_dir(ws)?;
     let body = json!({"action": action, "paths": paths}).to_string();
-    let was = crate::durability_off();
-    crate::set_deferred(true);
-    let r = fs_util::write_atomic(
+    fs_util::write_atomic(
         dir.as_fd(),
         "pending_action".as_ref(),
         body.as_bytes(),
         0o600,
         false,
-    );
-    crate::set_deferred(was);
-    r.map_err(|e| FsError::new("write", ".agent-runtime/state/pending_action", e).into())
+        Keep::Cache,
+    )
+    .map_err(|e| FsError::new("write", ".agent-runtime/state/pending_action", e).into())
 }
 
 fn read_pending_marker(rt: &OwnedFd) -> Option<PendingMarker> {
@@ -2328,7 +2301,7 @@ pub(crate) struct ActionLock {
 
 impl ActionLock {
     pub(crate) fn take(ws: &Workspace) -> Result<ActionLock, WorkspaceError> {
-        let dir = state_dir(ws.runtime_dir())?;
+        let dir = state_dir(ws)?;
         let f = fs_util::lock_exclusive(
             dir.as_fd(),
             "action.lock",
@@ -2425,8 +2398,9 @@ pub(crate) fn write_conflict_file(
     ws: &Workspace,
     c: &ConflictRecord,
 ) -> Result<(), WorkspaceError> {
-    let (dir, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "conflicts")
-        .map_err(|e| FsError::new("open", ".agent-runtime/conflicts", e))?;
+    let (dir, _) =
+        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "conflicts", ws.durable())
+            .map_err(|e| FsError::new("open", ".agent-runtime/conflicts", e))?;
     let blob = |h: &Option<ContentHash>| {
         h.map(|h| {
             let hex = h.hex();
@@ -2440,6 +2414,13 @@ pub(crate) fn write_conflict_file(
     let bytes = serde_json::to_vec_pretty(&doc)
         .map_err(|e| FsError::new("write", &c.conflict, e.into()))?;
     let name = format!("{}.json", c.conflict);
-    fs_util::write_atomic(dir.as_fd(), name.as_ref(), &bytes, 0o600, false)
-        .map_err(|e| FsError::new("write", format!(".agent-runtime/conflicts/{name}"), e).into())
+    fs_util::write_atomic(
+        dir.as_fd(),
+        name.as_ref(),
+        &bytes,
+        0o600,
+        false,
+        Keep::Named(ws.durable()),
+    )
+    .map_err(|e| FsError::new("write", format!(".agent-runtime/conflicts/{name}"), e).into())
 }

@@ -39,6 +39,7 @@
 //! stored.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -371,8 +372,9 @@ pub(crate) fn fs_now_ms(ws: &Workspace) -> Option<u64> {
 }
 
 fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
-    let (fd, _) = fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "index")
-        .map_err(|e| FsError::new("open", ".agent-runtime/index", e))?;
+    let (fd, _) =
+        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "index", ws.durable())
+            .map_err(|e| FsError::new("open", ".agent-runtime/index", e))?;
     Ok(fd)
 }
 
@@ -593,58 +595,31 @@ fn load_file(dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
     Some((decode(&v)?, ino))
 }
 
-/// How [`save`] makes a snapshot's data durable.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SaveSync {
-    /// Not at all: a batch's `syncfs`, still to come, flushes it.
-    Batch,
-    /// `fdatasync` here.
-    Now,
-    /// `fdatasync` on a thread of its own, waited for by the next ledger
-    /// append ([`fs_util::in_background`]).
-    Background,
-}
-
-impl SaveSync {
-    /// A batch that stored content will `syncfs` before its records: that
-    /// flushes the snapshot too, without a device flush of its own.
-    fn unless_batch(otherwise: SaveSync) -> SaveSync {
-        if fs_util::batch_will_sync() {
-            SaveSync::Batch
-        } else {
-            otherwise
-        }
-    }
-}
-
-fn save(dir: &OwnedFd, name: &str, s: &Snapshot, sync: SaveSync) -> Result<(), WorkspaceError> {
-    // A cache, so not needed for recovery; but its data is synced here, by the
-    // shell hook that wrote it: left dirty, ext4 (data=ordered) would flush it
-    // inside the next hook's ledger fdatasync, making an Edit hook after a
-    // shell hook pay for megabytes of snapshot.
+/// Writes `s` as `dir/name` (a temp file renamed over it); returns the file,
+/// for the caller to hand to the durable set as unnamed content: a cache, so
+/// not needed for recovery, but synced beside the hook's record: left dirty,
+/// ext4 (data=ordered) would flush it inside the next hook's ledger
+/// fdatasync, making an Edit hook after a shell hook pay for megabytes of
+/// snapshot.
+fn save(dir: &OwnedFd, name: &str, s: &Snapshot) -> Result<File, WorkspaceError> {
     let err = |e: io::Error| FsError::new("write", format!(".agent-runtime/index/{name}"), e);
     let bytes = encode(s);
     crate::timing("scan: snapshot encoded");
     let tmp = fs_util::temp_name(".ckpt-tmp-");
     let mut f = fs_util::create_excl(dir.as_fd(), tmp.as_ref(), 0o600).map_err(err)?;
-    let written = std::io::Write::write_all(&mut f, &bytes).and_then(|()| {
-        if crate::test_no_fsync() {
-            return Ok(());
-        }
-        match sync {
-            SaveSync::Batch => Ok(()),
-            SaveSync::Now => f.sync_data(),
-            // Nothing names it: the next ledger append waits for it beside
-            // its own sync (or the process's exit does).
-            SaveSync::Background => fs_util::sync_data_in_background(&f, fs_util::Before::Return),
-        }
-    });
-    drop(f);
+    let written = std::io::Write::write_all(&mut f, &bytes);
     if let Err(e) = written.and_then(|()| Ok(rustix::fs::renameat(dir, tmp.as_str(), dir, name)?)) {
         let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
         return Err(err(e).into());
     }
-    Ok(())
+    Ok(f)
+}
+
+/// Hands a saved snapshot to the durable set ([`save`]).
+fn keep_clean(ws: &Workspace, f: &File) -> Result<(), WorkspaceError> {
+    ws.durable()
+        .unnamed(f)
+        .map_err(|e| FsError::new("sync", ".agent-runtime/index", e).into())
 }
 
 /// Reads a path's content and stores it; returns the content hash.
@@ -747,37 +722,6 @@ fn walk_reading_index(
     })
 }
 
-/// A workspace's first walk (with git's index read beside it), started
-/// before `.agent-runtime/` is made: a first shell hook makes its
-/// directories and files (disk-bound; 0.2–5 ms for the first `mkdir` on
-/// this project's VM) while the tree is walked. Handed to the workspace
-/// ([`Workspace::walk_ahead`]), it is used by the first snapshot if the
-/// configuration's ignores are still the defaults it walked with.
-#[derive(Debug)]
-pub struct FirstWalk {
-    ignore: Vec<String>,
-    handle: std::thread::JoinHandle<(WalkAndIndex, i64)>,
-}
-
-impl FirstWalk {
-    /// Starts walking `root` on a thread of its own (`None`: no thread).
-    pub fn start(root: &std::path::Path) -> Option<FirstWalk> {
-        crate::big_tables_ahead(u64::MAX);
-        let ignore = Config::default().ignore;
-        let (root, ignores) = (root.to_path_buf(), ignore.clone());
-        let handle = std::thread::Builder::new()
-            .spawn(move || {
-                // No clock marker yet (`index/` is not made): dated by the
-                // wall clock less the racy margin, as when the marker cannot
-                // be touched ([`fs_now`]).
-                let taken_ns = now_ns() - RACY_NS;
-                (walk_reading_index(&root, &ignores, None), taken_ns)
-            })
-            .ok()?;
-        Some(FirstWalk { ignore, handle })
-    }
-}
-
 /// Walks the workspace and fills in content identities: unchanged entries keep
 /// theirs from `old`, git-clean files get their git blob id, everything else is
 /// read and stored.
@@ -788,23 +732,7 @@ fn fresh(
     index: &OwnedFd,
     old: Option<&Snapshot>,
 ) -> Result<Fresh, WorkspaceError> {
-    // A first walk started before `.agent-runtime/` was made, if it walked
-    // with the ignores in force.
-    let ahead = match ws.take_first_walk() {
-        Some(f) if old.is_none() && f.ignore == cfg.ignore => f.handle.join().ok(),
-        Some(f) => {
-            let _ = f.handle.join();
-            None
-        }
-        None => None,
-    };
-    let taken_ns = match &ahead {
-        Some((_, taken_ns)) => {
-            crate::timing("scan: first walk taken over");
-            *taken_ns
-        }
-        None => fs_now(index),
-    };
+    let taken_ns = fs_now(index);
     if old.is_none() {
         // A first walk: its size is not known yet.
         crate::big_tables_ahead(u64::MAX);
@@ -820,10 +748,8 @@ fn fresh(
     crate::timing("scan: known paths mapped");
     // With nothing known, every file is looked up in git's index: it is read
     // on a thread of its own while the tree is walked.
-    let (walk_and_read_index, mut index_read) = match ahead {
-        Some((walked, _)) => walked,
-        None => walk_reading_index(ws.root(), &cfg.ignore, known.as_ref()),
-    };
+    let (walk_and_read_index, mut index_read) =
+        walk_reading_index(ws.root(), &cfg.ignore, known.as_ref());
     let walker::Walked {
         entries: mut walked,
         old: old_idx,
@@ -1059,7 +985,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
     crate::timing("scan: snapshot loaded");
     let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
     crate::timing("scan: compared");
-    let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls")
+    let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls", ws.durable())
         .map_err(|e| FsError::new("open", ".agent-runtime/index/calls", e))?;
     let name = format!("{key}.bin");
     // (Only a snapshot that still describes the workspace is of use below.)
@@ -1091,12 +1017,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
         crate::dispose(old);
     }
     let snap = fresh.into_snapshot();
-    save(
-        &calls,
-        &name,
-        &snap,
-        SaveSync::unless_batch(SaveSync::Background),
-    )?;
+    keep_clean(ws, &save(&calls, &name, &snap)?)?;
     crate::timing("scan: call's snapshot saved");
     let tmp = fs_util::temp_name(".ckpt-tmp-");
     let linked = rustix::fs::linkat(
@@ -1109,12 +1030,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
     .and_then(|()| rustix::fs::renameat(&dir, tmp.as_str(), &dir, "snapshot.bin"));
     if linked.is_err() {
         let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-        save(
-            &dir,
-            "snapshot.bin",
-            &snap,
-            SaveSync::unless_batch(SaveSync::Background),
-        )?;
+        keep_clean(ws, &save(&dir, "snapshot.bin", &snap)?)?;
     }
     Ok(snap)
 }
@@ -1158,42 +1074,52 @@ pub struct Scanned {
 }
 
 /// A snapshot being saved on a thread of its own while the caller goes on
-/// (a post's diffs); wait for it before the batch's `syncfs` that is to
-/// flush it. Dropped, it is waited for too.
+/// (a post's diffs); wait for it before the records. Dropped, it is waited
+/// for too.
 #[derive(Debug, Default)]
-pub struct Saving(Option<fs_util::Running<Result<(), WorkspaceError>>>);
+pub struct Saving(Option<crate::par::Running<Result<File, WorkspaceError>>>);
 
 impl Saving {
-    fn start(fresh: Fresh, dir: OwnedFd, sync: SaveSync) -> Result<Saving, WorkspaceError> {
+    fn start(fresh: Fresh, dir: OwnedFd) -> Result<Saving, WorkspaceError> {
         let work = move || {
             let now = fresh.into_snapshot();
-            let saved = save(&dir, "snapshot.bin", &now, sync);
+            let saved = save(&dir, "snapshot.bin", &now);
             crate::timing("scan: snapshot saved");
             crate::dispose(now);
             saved
         };
-        match fs_util::spawn_or_run(work) {
+        match crate::par::spawn_or_run(work) {
             Ok(running) => Ok(Saving(Some(running))),
-            Err(done) => done.map(|()| Saving(None)),
+            Err(done) => {
+                done?;
+                Ok(Saving(None))
+            }
         }
     }
 
-    /// Waits for the save to end; its error, if any.
-    pub fn wait(mut self) -> Result<(), WorkspaceError> {
-        self.join()
+    /// Waits for the save to end, and hands the file to `ws`'s durable set
+    /// (synced beside the next record); its error, if any.
+    pub fn wait(mut self, ws: &Workspace) -> Result<(), WorkspaceError> {
+        match self.join()? {
+            Some(f) => keep_clean(ws, &f),
+            None => Ok(()),
+        }
     }
 
-    fn join(&mut self) -> Result<(), WorkspaceError> {
+    fn join(&mut self) -> Result<Option<File>, WorkspaceError> {
         match self.0.take() {
-            None => Ok(()),
-            Some(running) => running.join().unwrap_or_else(|| {
-                Err(FsError::new(
-                    "write",
-                    ".agent-runtime/index/snapshot.bin",
-                    io::Error::other("the thread saving it panicked"),
-                )
-                .into())
-            }),
+            None => Ok(None),
+            Some(running) => running
+                .join()
+                .unwrap_or_else(|| {
+                    Err(FsError::new(
+                        "write",
+                        ".agent-runtime/index/snapshot.bin",
+                        io::Error::other("the thread saving it panicked"),
+                    )
+                    .into())
+                })
+                .map(Some),
         }
     }
 }
@@ -1299,8 +1225,8 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
     crate::timing("scan: paired");
     // The walk is the new current snapshot: saved on a thread of its own
     // while the contents are read and diffed (a 100,000-file tree's takes
-    // ~20 ms), flushed by the batch's `syncfs` when there is one.
-    let saving = Saving::start(fresh, dir, SaveSync::unless_batch(SaveSync::Now))?;
+    // ~20 ms), synced beside the call's records.
+    let saving = Saving::start(fresh, dir)?;
     // The before contents of git-clean files are read from git's objects
     // (and left there when committed at HEAD, else stored): on two threads
     // when many files changed.
@@ -1454,7 +1380,7 @@ mod tests {
         std::fs::write(t.path().join("b.txt"), b"b").unwrap();
         let scanned = post(&ws, &cfg, &before).unwrap();
         assert_eq!(scanned.changes.len(), 1);
-        scanned.saving.wait().unwrap();
+        scanned.saving.wait(&ws).unwrap();
         let now = current(&ws);
         assert!(now.entries.keys().any(|k| k == b"b.txt"));
 

@@ -654,7 +654,7 @@ pub fn restore_session(
     let claude = match claude {
         Some(p) => {
             let id = claude_transcript::new_session_id();
-            match p.write(&id) {
+            match p.write(&id, ws.durable()) {
                 Ok(path) => Some(ClaudeFork {
                     source: p.source().to_path_buf(),
                     transcript: path,

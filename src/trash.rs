@@ -70,8 +70,12 @@ impl Trash {
     fn dir(&self) -> Option<BorrowedFd<'_>> {
         self.dir
             .get_or_init(|| {
-                let (tmp, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "tmp").ok()?;
-                let (d, _) = fs_util::open_or_create_private_dir(tmp.as_fd(), "trash").ok()?;
+                // No record names the trash or what it holds: nothing to sync.
+                let unsynced = crate::durable::Durable::new(crate::durable::Fsync::Off);
+                let (tmp, _) =
+                    fs_util::open_or_create_private_dir(self.rt.as_fd(), "tmp", &unsynced).ok()?;
+                let (d, _) =
+                    fs_util::open_or_create_private_dir(tmp.as_fd(), "trash", &unsynced).ok()?;
                 Some(d)
             })
             .as_ref()

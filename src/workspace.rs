@@ -15,6 +15,7 @@ use rustix::fs::{FileType, Mode};
 
 use crate::blob_store::BlobStore;
 use crate::checkpoint::{self, CheckpointError, CheckpointFile};
+use crate::durable::{Durable, Fsync, Keep};
 use crate::fs_util::{self, Confined, FsError};
 use crate::ids::Clock;
 use crate::ledger::{Ledger, LedgerError, LedgerRead};
@@ -75,6 +76,8 @@ pub enum WorkspaceError {
 pub struct OpenOptions {
     /// The clock and id source (fixed in tests).
     pub clock: Clock,
+    /// Whether anything is synced (tests turn it off: [`Fsync::Off`]).
+    pub fsync: Fsync,
 }
 
 /// What `ckpt init` did.
@@ -97,8 +100,17 @@ pub struct Workspace {
     ledger: Ledger,
     blobs: BlobStore,
     trash: Trash,
-    /// A first walk started before the workspace was set up.
-    first_walk: std::sync::Mutex<Option<crate::scan::FirstWalk>>,
+    /// What was written and is not durable yet.
+    durable: Arc<Durable>,
+}
+
+impl Drop for Workspace {
+    /// What is still waiting is synced (a command that wrote no record after
+    /// its last content); commands call [`Workspace::sync_all`] to hear of
+    /// an error, this is the backstop.
+    fn drop(&mut self) {
+        let _ = self.durable.all();
+    }
 }
 
 /// How [`find`] found a workspace.
@@ -193,109 +205,78 @@ fn open_runtime(root: &Path, confined: &Confined) -> Result<OwnedFd, WorkspaceEr
 impl Workspace {
     /// Creates `.agent-runtime/` (mode 0700) with its `.gitignore` and default
     /// `config.toml` if missing, then opens the workspace. Running it twice
-    /// changes nothing.
+    /// changes nothing. Everything it created is durable when it returns.
     pub fn init(root: &Path, opts: OpenOptions) -> Result<(Workspace, InitStats), WorkspaceError> {
-        Self::init_with(root, opts, false)
-    }
-
-    /// [`init`](Self::init), leaving its syncs running on a thread of their
-    /// own (`.gitignore` and `config.toml` are synced and named there too:
-    /// until then a reader of the config finds the same defaults): this
-    /// thread's next ledger append waits for them before it writes (they
-    /// cover directories the store's content will live in), and so does the
-    /// `ckpt` binary's exit. For the first hook in a workspace, whose walk
-    /// overlaps them. `wrote_config` then says the config was missing.
-    pub fn init_in_background(
-        root: &Path,
-        opts: OpenOptions,
-    ) -> Result<(Workspace, InitStats), WorkspaceError> {
-        Self::init_with(root, opts, true)
-    }
-
-    fn init_with(
-        root: &Path,
-        opts: OpenOptions,
-        background: bool,
-    ) -> Result<(Workspace, InitStats), WorkspaceError> {
-        let confined = Confined::open(root).map_err(|source| WorkspaceError::Root {
-            path: root.to_path_buf(),
-            source,
-        })?;
-        // Every directory sync of the init (the runtime directory's entry in
-        // the workspace, the new names in it) runs together at the end: one
-        // wait instead of one per step (~1 ms each on this project's disks).
-        // Nothing names any of it before then.
-        let set = fs_util::SyncSet::start();
-        let made = fs_util::open_or_create_private_dir(confined.root(), RUNTIME_DIR);
-        let mut dir_syncs = fs_util::take_queued();
-        drop(set);
-        let (_, created) = made
-            .map_err(|e| FsError::new("create", root.join(RUNTIME_DIR).display().to_string(), e))?;
+        let durable = Arc::new(Durable::new(opts.fsync));
+        let confined =
+            Confined::open(root, durable.clone()).map_err(|source| WorkspaceError::Root {
+                path: root.to_path_buf(),
+                source,
+            })?;
+        let (_, created) =
+            fs_util::open_or_create_private_dir(confined.root(), RUNTIME_DIR, &durable).map_err(
+                |e| FsError::new("create", root.join(RUNTIME_DIR).display().to_string(), e),
+            )?;
         drop(confined);
-        let ws = Workspace::open(root, opts)?;
+        let ws = Workspace::open_with(root, opts.clock, durable)?;
         let rt = ws.rt.as_fd();
-        let mut missing = Vec::new();
+        let d = ws.durable();
+        let mut wrote_config = false;
         for (name, content) in [
             (".gitignore", RUNTIME_GITIGNORE),
             ("config.toml", DEFAULT_CONFIG),
         ] {
             if fs_util::entry_at(rt, name.as_ref()).map_err(|e| ws.rt_err("stat", name, e))?
-                == fs_util::EntryKind::Absent
+                != fs_util::EntryKind::Absent
             {
-                missing.push((name, content.as_bytes()));
+                continue;
+            }
+            match fs_util::write_atomic(
+                rt,
+                name.as_ref(),
+                content.as_bytes(),
+                0o600,
+                true,
+                Keep::Named(d),
+            ) {
+                Ok(()) => wrote_config |= name == "config.toml",
+                // Written meanwhile by another process: theirs stays.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(ws.rt_err("write", name, e)),
             }
         }
-        let write_err = |e| ws.rt_err("write", "{.gitignore,config.toml}", e);
-        let new_files = fs_util::write_new_temps(rt, &missing, 0o600).map_err(write_err)?;
-        // In the background the files are synced and named on the thread
-        // that then syncs the directories; until then a reader finds no
-        // `config.toml` and uses the same defaults.
-        let (unpublished, wrote) = if background {
-            (Some(new_files), vec![true; missing.len()])
-        } else {
-            (None, new_files.publish().map_err(write_err)?)
-        };
-        let wrote_config = missing
-            .iter()
-            .zip(&wrote)
-            .any(|((name, _), w)| *w && *name == "config.toml");
-        let set = fs_util::SyncSet::start();
-        // The new names of the files above.
-        fs_util::fsync_dir(rt).map_err(|e| ws.rt_err("sync", ".agent-runtime", e))?;
-        for d in ["tmp", "checkpoints", "artifacts", "conflicts"] {
-            fs_util::open_or_create_private_dir(rt, d).map_err(|e| ws.rt_err("create", d, e))?;
+        for dir in ["tmp", "checkpoints", "artifacts", "conflicts"] {
+            fs_util::open_or_create_private_dir(rt, dir, d)
+                .map_err(|e| ws.rt_err("create", dir, e))?;
         }
-        // What the first hook would otherwise create and sync on its own: the
-        // ledger (empty) and the directories of open calls' state and of the
-        // walk's snapshots.
-        crate::ledger::create_empty(rt)
-            .map_err(|e| ws.rt_err("create", crate::ledger::LEDGER_FILE, e))?;
-        for d in ["state", "index"] {
-            let (fd, _) = fs_util::open_or_create_private_dir(rt, d)
-                .map_err(|e| ws.rt_err("create", d, e))?;
-            fs_util::open_or_create_private_dir(fd.as_fd(), "calls")
-                .map_err(|e| ws.rt_err("create", &format!("{d}/calls"), e))?;
+        // What the first hook would otherwise create on its own: the ledger
+        // (empty) and the directories of open calls' state and of the walk's
+        // snapshots.
+        if crate::ledger::create_empty(rt)
+            .map_err(|e| ws.rt_err("create", crate::ledger::LEDGER_FILE, e))?
+        {
+            d.content_dir(rt)
+                .map_err(|e| ws.rt_err("sync", ".agent-runtime", e))?;
+        }
+        for dir in ["state", "index"] {
+            let (fd, _) = fs_util::open_or_create_private_dir(rt, dir, d)
+                .map_err(|e| ws.rt_err("create", dir, e))?;
+            fs_util::open_or_create_private_dir(fd.as_fd(), "calls", d)
+                .map_err(|e| ws.rt_err("create", &format!("{dir}/calls"), e))?;
         }
         // The trash (src/trash.rs) too, so a first rollback does not create it.
         let tmp = fs_util::open_dir(rt, "tmp").map_err(|e| ws.rt_err("open", "tmp", e))?;
-        fs_util::open_or_create_private_dir(tmp.as_fd(), "trash")
+        fs_util::open_or_create_private_dir(tmp.as_fd(), "trash", d)
             .map_err(|e| ws.rt_err("create", "tmp/trash", e))?;
         let art =
             fs_util::open_dir(rt, "artifacts").map_err(|e| ws.rt_err("open", "artifacts", e))?;
-        for d in ["blobs", "patches", "outputs"] {
-            fs_util::open_or_create_private_dir(art.as_fd(), d)
-                .map_err(|e| ws.rt_err("create", d, e))?;
+        for dir in ["blobs", "patches", "outputs"] {
+            fs_util::open_or_create_private_dir(art.as_fd(), dir, d)
+                .map_err(|e| ws.rt_err("create", dir, e))?;
         }
-        dir_syncs.extend(fs_util::take_queued());
-        drop(set);
-        match unpublished {
-            Some(files) => fs_util::in_background(fs_util::Before::Records, move || {
-                files.publish()?;
-                dir_syncs.run()
-            }),
-            None => dir_syncs.run(),
-        }
-        .map_err(|e| ws.rt_err("sync", "the new directories", e))?;
+        // One wait for all of it (~1 ms per step on this project's disks).
+        d.all()
+            .map_err(|e| ws.rt_err("sync", "the new directories", e))?;
         Ok((
             ws,
             InitStats {
@@ -307,11 +288,20 @@ impl Workspace {
 
     /// Opens an existing workspace (fails with a hint when `ckpt init` is needed).
     pub fn open(root: &Path, opts: OpenOptions) -> Result<Workspace, WorkspaceError> {
-        let OpenOptions { clock } = opts;
-        let confined = Confined::open(root).map_err(|source| WorkspaceError::Root {
-            path: root.to_path_buf(),
-            source,
-        })?;
+        let OpenOptions { clock, fsync } = opts;
+        Self::open_with(root, clock, Arc::new(Durable::new(fsync)))
+    }
+
+    fn open_with(
+        root: &Path,
+        clock: Clock,
+        durable: Arc<Durable>,
+    ) -> Result<Workspace, WorkspaceError> {
+        let confined =
+            Confined::open(root, durable.clone()).map_err(|source| WorkspaceError::Root {
+                path: root.to_path_buf(),
+                source,
+            })?;
         let rt = Arc::new(open_runtime(root, &confined)?);
         let clock = Arc::new(clock);
         let canonical_root = std::fs::canonicalize(root).ok().filter(|c| c != root);
@@ -319,12 +309,12 @@ impl Workspace {
             root: root.to_path_buf(),
             canonical_root,
             confined,
-            ledger: Ledger::new(rt.clone(), clock.clone()),
-            blobs: BlobStore::new(rt.clone()).with_git_root(root.to_path_buf()),
+            ledger: Ledger::new(rt.clone(), clock.clone(), durable.clone()),
+            blobs: BlobStore::new(rt.clone(), durable.clone()).with_git_root(root.to_path_buf()),
             trash: Trash::new(rt.clone()),
             rt,
             clock,
-            first_walk: std::sync::Mutex::new(None),
+            durable,
         })
     }
 
@@ -342,20 +332,18 @@ impl Workspace {
         &self.root
     }
 
-    /// Hands this workspace a first walk started before it was set up
-    /// ([`crate::scan::FirstWalk`]): its first snapshot uses it.
-    pub fn walk_ahead(&self, walk: crate::scan::FirstWalk) {
-        *self
-            .first_walk
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(walk);
+    /// Where the syncs of what this workspace writes wait until the next
+    /// ledger record ([`crate::durable`]).
+    pub fn durable(&self) -> &Durable {
+        &self.durable
     }
 
-    pub(crate) fn take_first_walk(&self) -> Option<crate::scan::FirstWalk> {
-        self.first_walk
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+    /// Makes everything written so far durable, including what no record
+    /// names yet (a command calls it before it reports done).
+    pub fn sync_all(&self) -> Result<(), WorkspaceError> {
+        self.durable.all().map_err(|e| {
+            FsError::new("sync", format!("{}/{RUNTIME_DIR}", self.root.display()), e).into()
+        })
     }
 
     /// The ledger.
@@ -435,7 +423,7 @@ impl Workspace {
             extra,
             checksum: None,
         };
-        let file_ref = checkpoint::write(&self.rt, &file)?;
+        let file_ref = checkpoint::write(&self.rt, &self.durable, &file)?;
         crate::failpoint::hit("checkpoint.before_record")
             .map_err(|e| self.rt_err("record checkpoint", &file_ref, e))?;
         let rec = CheckpointRecord {

@@ -3,13 +3,14 @@
 //!
 //! For each file: [`prepare`] writes the new content under a temp name in the
 //! file's own directory (opened beneath the workspace root, never through a
-//! symlink) and syncs it — or, in a batch, leaves one `syncfs` to do that
-//! before any rename; then [`commit`] checks the file against the state the
+//! symlink) and hands its data to the workspace's durable set as unnamed
+//! content (the caller makes it durable, with the plan's append or
+//! [`Durable::all`](crate::durable::Durable::all), before any rename); then [`commit`] checks the file against the state the
 //! decision was made on (its content hash and mode — a compare-and-swap by
 //! hand, as POSIX has none), re-`stat`s it and renames the temp file over the
 //! name (or unlinks it, or renames with `RENAME_NOREPLACE` when the path must
-//! still be free), and syncs the directory (or leaves it to the batch).
-//! A caller inside a [`fs_util::SyncSet`] flushes it between the two steps. If the file moved at any of those steps, nothing is
+//! still be free), and hands the directory to the durable set (synced
+//! before the next record). If the file moved at any of those steps, nothing is
 //! overwritten and the caller hears [`Written::Raced`]. The window left is one
 //! `fstatat` + `rename`: an editor writing inside it can still be overwritten,
 //! and that is documented in ARCHITECTURE.md.
@@ -20,9 +21,10 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use rustix::fs::{AtFlags, FileType, RenameFlags};
+use rustix::fs::{AtFlags, FileType};
 use serde::{Deserialize, Serialize};
 
+use crate::durable::Durable;
 use crate::fs_util::{self, FsError};
 use crate::hash::{ContentHash, Hasher};
 use crate::paths::RelPath;
@@ -411,8 +413,9 @@ pub fn commit(
     expect: &PathState,
     target: &PathState,
     trash: &Trash,
+    durable: &Durable,
 ) -> Result<Written, WorkspaceError> {
-    let result = commit_inner(&p, expect, target, trash);
+    let result = commit_inner(&p, expect, target, trash, durable);
     if matches!(result, Ok(Written::Done)) {
         // Renamed into place: nothing left for `drop` to remove.
         p.tmp = None;
@@ -425,6 +428,7 @@ fn commit_inner(
     expect: &PathState,
     target: &PathState,
     trash: &Trash,
+    durable: &Durable,
 ) -> Result<Written, WorkspaceError> {
     let rel = &p.rel;
     let dir = &p.dir;
@@ -463,9 +467,9 @@ fn commit_inner(
                 .map_err(|e| io_err("remove", rel, e))?;
         }
         Some(tmp) if expect.hash.is_none() && !expect.is_other_kind() => {
-            match rustix::fs::renameat_with(dir, tmp.as_str(), dir, name, RenameFlags::NOREPLACE) {
-                Ok(()) => {}
-                Err(rustix::io::Errno::EXIST) => {
+            match fs_util::rename_noreplace(dir.as_fd(), tmp.as_str(), dir.as_fd(), name) {
+                Ok(true) => {}
+                Ok(false) => {
                     let moved =
                         observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
                     return Ok(Written::Raced(moved.state));
@@ -481,7 +485,9 @@ fn commit_inner(
                 .map_err(|e| io_err("rename into place", rel, e))?;
         }
     }
-    fs_util::fsync_dir(dir.as_fd()).map_err(|e| io_err("sync the directory of", rel, e))?;
+    durable
+        .content_dir(dir)
+        .map_err(|e| io_err("sync the directory of", rel, e))?;
     Ok(Written::Done)
 }
 
@@ -518,7 +524,7 @@ fn write_temp(
         & 0o777;
     let mut f = fs_util::create_excl(dir, OsStr::new(tmp), perm).map_err(Prep::Io)?;
     ws.blobs().copy_to(hash, &mut f).map_err(Prep::Blob)?;
-    fs_util::sync_data(&f).map_err(Prep::Io)?;
+    ws.durable().unnamed(&f).map_err(Prep::Io)?;
     Ok(())
 }
 

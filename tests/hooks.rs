@@ -1092,81 +1092,77 @@ fn blob_mode(env: &TestEnv, bytes: &[u8]) -> Option<u32> {
         .map(|m| m.permissions().mode() & 0o777)
 }
 
-/// A blob's 0600 tells other processes "durable: name it in a record"; one
-/// still 0400 gets synced by whoever names it. A shell call's post queues
-/// the syncs of what it stores with the hook's other syncs (no file-system
-/// wide `syncfs` for a few files: it wrote back a parallel build's output
-/// too, 0.1-0.8 s per shell call in real sessions): its blobs stay 0400
-/// until those syncs are done, and a failed set leaves them so.
+/// A shell call's post syncs what it stored before the record naming it:
+/// one sync per handle for a few files (a file-system wide `syncfs` for every
+/// call wrote back a parallel build's output too, 0.1-0.8 s per shell call in
+/// real sessions), one `syncfs` from 32 on. A sync that fails leaves no
+/// record naming the content.
 #[test]
-fn a_shell_calls_blobs_are_marked_durable_only_after_their_syncs() {
-    let env = TestEnv::new();
-    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
-    let bytes = b"bytes nobody stored before\n";
-    env.write("fresh.txt", bytes);
-    // No batch `syncfs` in a hook: a failure injected there is never hit.
-    let r = hook(
-        &env,
-        "post",
-        &fixture(&env, "claude/bash.post.json"),
-        &[(
-            "CKPT_FAILPOINTS",
-            "batch.before_syncfs=error;syncs.before_modes=error",
-        )],
-    );
-    assert_ne!(
-        r.code, 0,
-        "the injected set failure is reported: {}",
-        r.stderr
-    );
-    assert!(!r.stderr.contains("batch"), "{}", r.stderr);
-    assert_eq!(
-        blob_mode(&env, bytes),
-        Some(0o400),
-        "left in flight when its syncs did not finish"
-    );
-    // A clean shell call: every blob durable, and no batch syncfs either.
-    let env = TestEnv::new();
-    hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
-    env.write("fresh.txt", bytes);
-    let r = hook(
-        &env,
-        "post",
-        &fixture(&env, "claude/bash.post.json"),
-        &[("CKPT_FAILPOINTS", "batch.before_syncfs=error")],
-    );
+fn a_shell_calls_content_is_synced_before_its_record_per_handle_or_by_syncfs() {
+    let ends = |env: &TestEnv| {
+        records(env)
+            .iter()
+            .filter(|r| r["kind"] == "file_patch")
+            .count()
+    };
+    // A shell call that writes `files` files, its post run with `failpoint`.
+    let shell_call = |files: usize, failpoint: &str| {
+        let env = TestEnv::new();
+        hook_ok(&env, "pre", &fixture(&env, "claude/bash.pre.json"));
+        for i in 0..files {
+            env.write(&format!("many/{i}.txt"), format!("file {i}\n").as_bytes());
+        }
+        let post = fixture(&env, "claude/bash.post.json");
+        let r = hook(&env, "post", &post, &[("CKPT_FAILPOINTS", failpoint)]);
+        (env, r)
+    };
+    // A few files: per handle (a failure injected in `syncfs` is never hit).
+    let (env, r) = shell_call(1, "syncs.before_syncfs=error");
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(blob_mode(&env, bytes), Some(0o600));
+    assert_eq!(ends(&env), 1);
+    // The same sync failing: no record names the content.
+    let (env, r) = shell_call(1, "syncs.before_content=error");
+    assert_ne!(r.code, 0, "the injected failure is reported: {}", r.stderr);
+    assert_eq!(ends(&env), 0, "a record named content whose sync failed");
+    // Many files: one `syncfs`, and its failure blocks the records too.
+    let (env, r) = shell_call(40, "syncs.before_syncfs=error");
+    assert_ne!(r.code, 0, "the injected failure is reported: {}", r.stderr);
+    assert_eq!(ends(&env), 0, "a record named content whose syncfs failed");
 }
 
-/// The same for an Edit/Write hook, whose blob and fan-out directory are
-/// synced together: the blob gets 0600 only once every sync of the set is
-/// done (its directory entry too), never between them.
+/// The same for an Edit/Write hook: its blob and fan-out directory are
+/// synced before the record that names them, and a failed sync leaves no
+/// such record; the next hook naming the same bytes syncs the stored copy
+/// itself (another process may have stored it without its sync done).
 #[test]
-fn an_edit_hooks_blob_is_marked_durable_only_after_every_sync_of_its_set() {
+fn an_edit_hooks_blob_is_synced_before_the_record_that_names_it() {
     let env = TestEnv::new();
     let content = agent_writes_new_rs_before_post(&env);
     let r = hook(
         &env,
         "post",
         &fixture(&env, "claude/write_create.post.json"),
-        &[("CKPT_FAILPOINTS", "syncs.before_modes=error")],
+        &[("CKPT_FAILPOINTS", "syncs.before_content=error")],
     );
     assert_ne!(r.code, 0, "the injected failure is reported: {}", r.stderr);
-    assert_eq!(
-        blob_mode(&env, content.as_bytes()),
-        Some(0o400),
-        "left in flight when the set did not finish"
-    );
-    // The next hook naming the same bytes syncs and settles it.
+    let patches = |env: &TestEnv| {
+        records(env)
+            .iter()
+            .filter(|r| r["kind"] == "file_patch")
+            .count()
+    };
+    assert_eq!(patches(&env), 0);
+    // Stored, but named by nothing yet; the next post names it, once synced.
+    assert!(blob_mode(&env, content.as_bytes()).is_some());
     let r = hook(
         &env,
         "post",
         &fixture(&env, "claude/write_create.post.json"),
-        &[],
+        &[("CKPT_FAILPOINTS", "syncs.before_syncfs=error")],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(blob_mode(&env, content.as_bytes()), Some(0o600));
+    assert_eq!(patches(&env), 1);
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
 
 /// The first hook in a workspace sets ckpt up there with its syncs left on a

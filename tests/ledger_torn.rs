@@ -228,12 +228,11 @@ fn cli_readers_tolerate_a_torn_tail_and_say_so() {
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
 
-/// Syncs left running in the background (a first hook's new directories, a
-/// snapshot) hold back the records they must precede, and a failed one is
-/// never reported as durable.
+/// Content waiting in the durable set holds back the records it must
+/// precede, what no record names is synced beside them, and a failed sync
+/// is never reported as durable.
 #[test]
-fn a_failed_background_sync_is_reported_by_the_next_append() {
-    use ckpt::fs_util::{Before, sync_data_in_background, wait_background};
+fn a_failed_sync_of_waiting_content_is_reported_by_the_next_append() {
     // `fdatasync` of a pipe fails (EINVAL): a sync that cannot succeed.
     let unsyncable = || {
         let (r, _w) = std::io::pipe().unwrap();
@@ -242,21 +241,21 @@ fn a_failed_background_sync_is_reported_by_the_next_append() {
     let env = TestEnv::init();
     let ws = env.open();
 
-    // Must precede the records: nothing is written.
-    sync_data_in_background(&unsyncable(), Before::Records).unwrap();
+    // Content must precede the records: nothing is written.
+    ws.durable().content(unsyncable()).unwrap();
     let e = ws.ledger().append(call_record(1)).unwrap_err();
     assert!(e.to_string().contains("sync"), "{e}");
     assert_eq!(ws.read_ledger().unwrap().records.len(), 0);
 
-    // Need only precede the return: the record is written and synced, but
-    // the append does not report success.
-    sync_data_in_background(&unsyncable(), Before::Return).unwrap();
+    // Unnamed content need only precede the return: the record is written
+    // and synced, but the append does not report success.
+    ws.durable().unnamed(unsyncable()).unwrap();
     let e = ws.ledger().append(call_record(2)).unwrap_err();
     assert!(e.to_string().contains("sync"), "{e}");
     assert_eq!(ws.read_ledger().unwrap().records.len(), 1);
 
     // Each failure is reported once; nothing is left waiting.
-    wait_background(None).unwrap();
+    assert!(ws.durable().is_clean());
     ws.ledger().append(call_record(3)).unwrap();
     assert_eq!(ws.read_ledger().unwrap().records.len(), 2);
 }

@@ -73,9 +73,12 @@ fn write_disk(root: &Path, f: &str, v: &Option<Vec<u8>>) {
 }
 
 fn new_ws() -> (tempfile::TempDir, Workspace) {
-    ckpt::set_durability(false);
     let dir = tempfile::tempdir().unwrap();
-    let (ws, _) = Workspace::init(dir.path(), OpenOptions::default()).unwrap();
+    let opts = OpenOptions {
+        fsync: ckpt::durable::Fsync::Off,
+        ..Default::default()
+    };
+    let (ws, _) = Workspace::init(dir.path(), opts).unwrap();
     (dir, ws)
 }
 

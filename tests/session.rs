@@ -681,7 +681,7 @@ fn claude_fork_ends_at_the_entry_and_never_overwrites() {
     std::fs::copy(fixture("transcript.jsonl"), &src).unwrap();
     let original = std::fs::read(&src).unwrap();
     let id = "22222222-2222-4222-8222-222222222222";
-    let out = ckpt::claude_transcript::fork(&src, U[5], id).unwrap();
+    let out = ckpt::claude_transcript::fork(&src, U[5], id, &Default::default()).unwrap();
     assert_eq!(out, d.path().join(format!("{id}.jsonl")));
     assert_eq!(
         uuids(&out),
@@ -702,11 +702,11 @@ fn claude_fork_ends_at_the_entry_and_never_overwrites() {
     assert_eq!(first["cwd"], "/home/tester/proj");
     // The other branch from a2.
     let id2 = "33333333-3333-4333-8333-333333333333";
-    let out2 = ckpt::claude_transcript::fork(&src, U[7], id2).unwrap();
+    let out2 = ckpt::claude_transcript::fork(&src, U[7], id2, &Default::default()).unwrap();
     assert_eq!(uuids(&out2), [U[0], U[1], U[2], U[3], U[6], U[7]]);
     // Never overwrite.
     let kept = std::fs::read(&out).unwrap();
-    let e = ckpt::claude_transcript::fork(&src, U[1], id).unwrap_err();
+    let e = ckpt::claude_transcript::fork(&src, U[1], id, &Default::default()).unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
     assert_eq!(std::fs::read(&out).unwrap(), kept);
     assert_eq!(
@@ -715,8 +715,13 @@ fn claude_fork_ends_at_the_entry_and_never_overwrites() {
         "the original is untouched"
     );
     // Unknown uuid, unknown formats.
-    let e = ckpt::claude_transcript::fork(&src, "nope", "44444444-4444-4444-8444-444444444444")
-        .unwrap_err();
+    let e = ckpt::claude_transcript::fork(
+        &src,
+        "nope",
+        "44444444-4444-4444-8444-444444444444",
+        &Default::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("has no entry `nope`"), "{e}");
     let e = ckpt::claude_transcript::prepare(&fixture("not-a-transcript.jsonl"), U[0]).unwrap_err();
     assert!(

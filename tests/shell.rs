@@ -1002,8 +1002,8 @@ fn run_shell_pre(env: &TestEnv, id: &str, extra: &[(&str, &str)]) -> crate::comm
 }
 
 /// A shell pre writes its `started` record before it walks and syncs it
-/// after (the disk writes it meanwhile): the record is in the ledger before
-/// the walk ends, and durable before the hook returns.
+/// after, with the walk's snapshot: the record is in the ledger before the
+/// walk ends, and durable before the hook returns.
 #[test]
 fn a_shell_pre_writes_its_record_before_it_walks() {
     let Some(env) = repo() else {
@@ -1018,11 +1018,7 @@ fn a_shell_pre_writes_its_record_before_it_walks() {
             .unwrap_or_else(|| panic!("no `{mark}` in {}", r.stderr))
     };
     assert!(at("ledger: written") < at("scan: walked"), "{}", r.stderr);
-    assert!(
-        at("pre: snapshot durable") < at("ledger: synced"),
-        "{}",
-        r.stderr
-    );
+    assert!(at("scan: compared") < at("ledger: synced"), "{}", r.stderr);
     assert!(at("ledger: synced") < at("pre: recorded"), "{}", r.stderr);
     let recs = records(&env);
     let last = recs.last().unwrap();
@@ -1084,12 +1080,11 @@ fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {
     assert_eq!(env.ckpt(&["verify"]).code, 0);
 }
 
-/// A first shell hook walks the tree while it sets up `.agent-runtime/`
-/// (`scan::FirstWalk`): the call's changes are recorded exactly, the
-/// user's uncommitted file is stored once, and nothing clean against git is
-/// copied.
+/// A first shell hook sets up `.agent-runtime/` and walks the tree: the
+/// call's changes are recorded exactly, the user's uncommitted file is
+/// stored once, and nothing clean against git is copied.
 #[test]
-fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_changes() {
+fn a_first_shell_hook_sets_up_and_records_exactly_the_calls_changes() {
     let Some(env) = repo_with_work(40) else {
         return;
     };
@@ -1105,13 +1100,7 @@ fn a_first_shell_hook_that_walks_while_it_sets_up_records_exactly_the_calls_chan
     let r =
         crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "first"), &timed);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    // The walk started before the setup is the one the snapshot used; a
-    // first walk's size is unknown, so the allocator is told to expect much.
-    assert!(
-        r.stderr.contains("scan: first walk taken over"),
-        "{}",
-        r.stderr
-    );
+    // A first walk's size is unknown, so the allocator is told to expect much.
     assert!(r.stderr.contains("large tables ahead"), "{}", r.stderr);
     assert_eq!(blob_count(&env), 1, "only the untracked file is stored");
     env.write("many/f3.txt", b"changed by the call\n");

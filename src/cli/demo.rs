@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ckpt::{CheckpointOptions, OpenOptions, Workspace};
+use ckpt::{CheckpointOptions, Workspace};
 
 use super::error::{CommandError, ERROR, OK};
 use super::render::describe;
@@ -80,8 +80,7 @@ fn story(ui: &mut Ui, ctx: &Ctx, dir: &Path) -> Result<i32, CommandError> {
         "1. The user's project: src/main.rs, README.md, notes.txt",
     )?;
 
-    let (ws, _) = Workspace::init(dir, OpenOptions { clock: ctx.clock() })
-        .map_err(|e| fail("initialising", e))?;
+    let (ws, _) = Workspace::init(dir, ctx.open_options()).map_err(|e| fail("initialising", e))?;
     say(
         ui,
         &mut narrate,

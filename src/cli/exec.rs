@@ -1,9 +1,9 @@
 //! `ckpt exec [--session S] [--call C] [--tool T] -- CMD…`: a pre hook, the
 //! command, a post hook; exits with the command's status.
 
+use ckpt::Workspace;
 use ckpt::capture::{self, Format, Phase};
 use ckpt::config::{Config, OnRecordFailure};
-use ckpt::{OpenOptions, Workspace};
 
 use super::error::{CommandError, ERROR};
 use super::{Ctx, Ui};
@@ -25,10 +25,10 @@ pub struct Args {
 }
 
 pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
-    let ws = match Workspace::open(&ctx.workspace, OpenOptions { clock: ctx.clock() }) {
+    let ws = match Workspace::open(&ctx.workspace, ctx.open_options()) {
         Ok(ws) => ws,
         Err(ckpt::WorkspaceError::NotInitialized(_)) => {
-            Workspace::init(&ctx.workspace, OpenOptions { clock: ctx.clock() })?.0
+            Workspace::init(&ctx.workspace, ctx.open_options())?.0
         }
         Err(e) => return Err(e.into()),
     };

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use ckpt::Workspace;
 use ckpt::capture::{self, Format, HookInputError, Phase};
 use ckpt::config::{Config, OnRecordFailure};
-use ckpt::{OpenOptions, Workspace};
 
 use super::error::{CommandError, ERROR, OK, USAGE};
 use super::{Ctx, Ui};
@@ -263,7 +263,7 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let timeout = Duration::from_millis(ctx.hook_stdin_timeout_ms);
     let log_refusal = |code: &str, fields: serde_json::Value| {
         // Only into a workspace that already exists: a refused payload creates nothing.
-        if let Ok(ws) = Workspace::open(&ctx.workspace, OpenOptions { clock: ctx.clock() }) {
+        if let Ok(ws) = Workspace::open(&ctx.workspace, ctx.open_options()) {
             ckpt::trace::error(ws.runtime_dir().as_fd(), ws.clock(), code, fields);
         }
     };
@@ -316,20 +316,11 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         }
     };
     // The first hook in a workspace sets ckpt up there.
-    let ws = match Workspace::open(&root, OpenOptions { clock: ctx.clock() }) {
+    let ws = match Workspace::open(&root, ctx.open_options()) {
         Ok(ws) => ws,
         Err(ckpt::WorkspaceError::NotInitialized(_)) => {
-            // A shell pre walks the tree while `.agent-runtime/` is made.
-            let ahead = (phase == Phase::Pre && ev.capture == ckpt::capture::Capture::Scan)
-                .then(|| ckpt::scan::FirstWalk::start(&root))
-                .flatten();
-            match Workspace::init_in_background(&root, OpenOptions { clock: ctx.clock() }) {
-                Ok((ws, _)) => {
-                    if let Some(a) = ahead {
-                        ws.walk_ahead(a);
-                    }
-                    ws
-                }
+            match Workspace::init(&root, ctx.open_options()) {
+                Ok((ws, _)) => ws,
                 Err(e) => return fail(super::error::one_line(&e), OnRecordFailure::Block),
             }
         }

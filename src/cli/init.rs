@@ -1,4 +1,4 @@
-use ckpt::{OpenOptions, Workspace};
+use ckpt::Workspace;
 
 use super::error::{CommandError, OK};
 use super::{Ctx, Ui};
@@ -168,7 +168,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         }
         return Ok(OK);
     }
-    let (ws, stats) = Workspace::init(&ctx.workspace, OpenOptions { clock: ctx.clock() })?;
+    let (ws, stats) = Workspace::init(&ctx.workspace, ctx.open_options())?;
     let hooks = match agent {
         Some(agent) => {
             Some(settings::install(&ws, agent, &ckpt_command(), scope, &dirs).map_err(failed)?)

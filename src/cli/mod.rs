@@ -113,6 +113,7 @@ enum Command {
 /// Process-level settings taken from the environment (the library never reads it).
 struct Env {
     clock: Option<(u64, u64)>,
+    fsync: ckpt::durable::Fsync,
     no_color: bool,
 }
 
@@ -124,9 +125,12 @@ fn read_env() -> Result<Env, CommandError> {
             ))
         })?;
     }
-    if std::env::var("CKPT_TEST_FSYNC").is_ok_and(|v| v == "0") {
-        ckpt::set_durability(false);
-    }
+    // Tests only, like git's GIT_TEST_FSYNC=0.
+    let fsync = if std::env::var("CKPT_TEST_FSYNC").is_ok_and(|v| v == "0") {
+        ckpt::durable::Fsync::Off
+    } else {
+        ckpt::durable::Fsync::On
+    };
     let clock = match std::env::var("CKPT_TIMESTAMP") {
         Ok(t) => {
             let secs: u64 = t.parse().map_err(|_| {
@@ -142,6 +146,7 @@ fn read_env() -> Result<Env, CommandError> {
     };
     Ok(Env {
         clock,
+        fsync,
         no_color: std::env::var_os("NO_COLOR").is_some(),
     })
 }
@@ -153,6 +158,7 @@ pub struct Ctx {
     /// How long `ckpt hook` waits for stdin to close (`CKPT_HOOK_STDIN_TIMEOUT_MS`).
     pub hook_stdin_timeout_ms: u64,
     clock: Option<(u64, u64)>,
+    fsync: ckpt::durable::Fsync,
 }
 
 impl Ctx {
@@ -160,6 +166,14 @@ impl Ctx {
         match self.clock {
             Some((ms, seed)) => Clock::fixed(ms, seed),
             None => Clock::system(),
+        }
+    }
+
+    /// How to open a workspace: the clock, and whether to sync.
+    pub fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            clock: self.clock(),
+            fsync: self.fsync,
         }
     }
 
@@ -194,12 +208,7 @@ impl Ctx {
 
     /// Opens the workspace without touching anything.
     pub fn open_read_only(&self) -> Result<Workspace, CommandError> {
-        let ws = Workspace::open(
-            &self.workspace,
-            OpenOptions {
-                clock: self.clock(),
-            },
-        )?;
+        let ws = Workspace::open(&self.workspace, self.open_options())?;
         // Files a rollback replaces are freed by a detached `ckpt reap-trash`
         // after it returns (see ckpt::trash).
         ws.trash().enable_reaper();
@@ -344,6 +353,7 @@ pub fn main() -> i32 {
         explicit_workspace: cli.globals.workspace.is_some(),
         hook_stdin_timeout_ms,
         clock: env.clock,
+        fsync: env.fsync,
     };
     let result = match &cli.command {
         Command::Init(a) => init::run(&mut ui, &ctx, a),
