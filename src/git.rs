@@ -2,7 +2,7 @@
 //! reading HEAD, the branch and whether the tree is dirty. ckpt never writes to
 //! the user's index, HEAD, refs or object database.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::record::GitState;
 
@@ -85,6 +85,51 @@ pub struct IndexStat {
 /// `linguist-*`) converts nothing.
 const CONVERTING_ATTRIBUTES: [&str; 5] = ["filter", "text", "eol", "crlf", "ident"];
 
+/// Where the user's git configuration lives, as git finds it from the
+/// environment (`HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_GLOBAL`,
+/// `GIT_CONFIG_SYSTEM`). The library never reads the environment itself: the
+/// binary calls [`UserDirs::from_env`] and passes the value in
+/// ([`crate::OpenOptions`]); the default knows none of them, so no global
+/// excludes or user attributes file applies. (libgit2 and the `ignore` crate
+/// still look up what they look up, as git does.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserDirs {
+    /// The home directory.
+    pub home: Option<PathBuf>,
+    /// `XDG_CONFIG_HOME`, when set and not empty.
+    pub xdg_config_home: Option<PathBuf>,
+    /// `GIT_CONFIG_GLOBAL`, when set and not empty.
+    pub git_config_global: Option<PathBuf>,
+    /// `GIT_CONFIG_SYSTEM`, when set and not empty.
+    pub git_config_system: Option<PathBuf>,
+}
+
+impl UserDirs {
+    /// Reads them from this process's environment.
+    pub fn from_env() -> UserDirs {
+        let var = |v: &str| {
+            std::env::var_os(v)
+                .filter(|x| !x.is_empty())
+                .map(PathBuf::from)
+        };
+        #[allow(deprecated)] // As the `ignore` crate finds it.
+        let home = std::env::home_dir();
+        UserDirs {
+            home,
+            xdg_config_home: var("XDG_CONFIG_HOME"),
+            git_config_global: var("GIT_CONFIG_GLOBAL"),
+            git_config_system: var("GIT_CONFIG_SYSTEM"),
+        }
+    }
+
+    /// `$XDG_CONFIG_HOME`, else `~/.config`.
+    pub fn xdg(&self) -> Option<PathBuf> {
+        self.xdg_config_home
+            .clone()
+            .or_else(|| self.home.as_ref().map(|h| h.join(".config")))
+    }
+}
+
 /// Whether git may store some file of this work tree as other bytes than
 /// the file holds (so that a stat-clean index entry's blob is not the file's
 /// content): `core.autocrlf` set to `true` or `input`, or an attributes file
@@ -98,6 +143,7 @@ pub fn may_convert<'a>(
     repo: &git2::Repository,
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+    user: &UserDirs,
 ) -> bool {
     if repo_converts(repo) {
         return true;
@@ -114,13 +160,7 @@ pub fn may_convert<'a>(
         .config()
         .ok()
         .and_then(|c| c.get_path("core.attributesFile").ok())
-        .or_else(|| {
-            std::env::var_os("XDG_CONFIG_HOME")
-                .filter(|v| !v.is_empty())
-                .map(std::path::PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
-                .map(|d| d.join("git/attributes"))
-        });
+        .or_else(|| user.xdg().map(|d| d.join("git/attributes")));
     std::iter::once(std::path::PathBuf::from("/etc/gitattributes"))
         .chain(user)
         .any(|p| file_converts(&p, true))
@@ -185,16 +225,6 @@ fn read_attributes_file(path: &Path, follow: bool) -> std::io::Result<Option<Vec
     Ok(Some(text))
 }
 
-/// [`may_convert`] for the repository whose work tree is `root`; `false`
-/// outside one.
-pub fn repo_may_convert<'a>(
-    root: &Path,
-    worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
-) -> bool {
-    open_containing(root)
-        .is_some_and(|(repo, _)| may_convert(&repo, root, worktree_attribute_files))
-}
-
 /// Whether the text of an attributes file sets a converting attribute (a
 /// macro that does, `[attr]lfs filter=lfs`, counts too).
 fn attributes_convert(text: &[u8]) -> bool {
@@ -254,8 +284,9 @@ const SUBMODULES_MAX: usize = 256;
 pub fn index_stats<'a>(
     root: &Path,
     worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+    user: &UserDirs,
 ) -> Option<(std::collections::HashMap<Vec<u8>, IndexStat>, bool)> {
-    Some(IndexRead::start(root)?.finish(root, worktree_attribute_files))
+    Some(IndexRead::start(root)?.finish(root, worktree_attribute_files, user))
 }
 
 /// The indexes [`index_stats`] reads, read before the work tree's
@@ -309,9 +340,10 @@ impl IndexRead {
         self,
         root: &Path,
         worktree_attribute_files: impl IntoIterator<Item = &'a [u8]>,
+        user: &UserDirs,
     ) -> (std::collections::HashMap<Vec<u8>, IndexStat>, bool) {
-        let converts =
-            self.submodule_converts || may_convert(&self.repo, root, worktree_attribute_files);
+        let converts = self.submodule_converts
+            || may_convert(&self.repo, root, worktree_attribute_files, user);
         (self.map, converts)
     }
 }
@@ -602,24 +634,42 @@ mod tests {
         let worktree = [b".gitattributes".as_slice()];
         // (The user's and the system's files are read too; on a machine where
         // they convert, only the "may" half of this test means anything.)
-        let baseline = may_convert(&repo, dir.path(), worktree);
+        let baseline = may_convert(&repo, dir.path(), worktree, &UserDirs::default());
         std::fs::write(dir.path().join(".gitattributes"), "*.png binary\n* text\n").unwrap();
-        assert!(may_convert(&repo, dir.path(), worktree));
+        assert!(may_convert(
+            &repo,
+            dir.path(),
+            worktree,
+            &UserDirs::default()
+        ));
         std::fs::write(dir.path().join(".gitattributes"), "*.png binary\n").unwrap();
         std::fs::create_dir_all(repo.path().join("info")).unwrap();
         std::fs::write(repo.path().join("info/attributes"), "*.bin filter=lfs\n").unwrap();
-        assert!(may_convert(&repo, dir.path(), worktree));
+        assert!(may_convert(
+            &repo,
+            dir.path(),
+            worktree,
+            &UserDirs::default()
+        ));
         std::fs::remove_file(repo.path().join("info/attributes")).unwrap();
         repo.config()
             .unwrap()
             .set_str("core.autocrlf", "input")
             .unwrap();
-        assert!(may_convert(&repo, dir.path(), worktree));
+        assert!(may_convert(
+            &repo,
+            dir.path(),
+            worktree,
+            &UserDirs::default()
+        ));
         repo.config()
             .unwrap()
             .set_str("core.autocrlf", "false")
             .unwrap();
-        assert_eq!(may_convert(&repo, dir.path(), worktree), baseline);
+        assert_eq!(
+            may_convert(&repo, dir.path(), worktree, &UserDirs::default()),
+            baseline
+        );
     }
 
     /// A submodule `.gitmodules` places outside the repository (or a path

@@ -64,17 +64,9 @@ pub const RACY_NS: i64 = 50_000_000;
 /// clean against it (and not copy them); fewer are read and stored.
 const GIT_INDEX_FROM: usize = 256;
 
+/// The snapshot format. A snapshot in any other (an older ckpt's) is a cache
+/// in an unknown format: rebuilt by a walk, as a damaged one is.
 const MAGIC: &[u8; 8] = b"CKPTSNP5";
-/// Snapshots whose entries carry their whole key (not a name under their
-/// directory's index): read as they are.
-const MAGIC_FLAT: &[u8; 8] = b"CKPTSNP4";
-/// Snapshots dated by the file system's clock whose git identities were
-/// taken by stat alone, before ckpt checked for git's conversions (filters,
-/// end-of-line): see [`Snapshot::git_unchecked`].
-const MAGIC_GIT_UNCHECKED: &[u8; 8] = b"CKPTSNP3";
-/// Snapshots dated by the wall clock at the walk's start (their entries were
-/// racy within [`RACY_NS`] of it): read with the date moved back by that much.
-const MAGIC_WALL_CLOCK: &[u8; 8] = b"CKPTSNP2";
 
 /// A fast non-cryptographic hasher for path keys (FxHash, as rustc uses): the
 /// walk's maps of known directories and names hold many paths, and SipHash
@@ -290,10 +282,6 @@ pub struct Snapshot {
     /// The walk's fingerprint of the configuration's patterns and the global
     /// excludes file.
     pub global: u64,
-    /// Written by an older ckpt, which let a stat-clean git blob stand for a
-    /// file without asking whether git converts bytes (filters, end-of-line):
-    /// such a snapshot is not reused in a repository that may convert.
-    pub git_unchecked: bool,
 }
 
 /// One path a call changed.
@@ -380,20 +368,15 @@ fn index_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
 
 /// Serialises a snapshot (a compact binary format; it is a cache, rebuilt by a
 /// walk when missing or damaged).
+///
+/// Each run of entries of one directory is stored as that directory's index
+/// and the entries' names (keys repeat their directory's path: 40 % of the
+/// bytes on the 100,000-file tree, written, checksummed and flushed whenever
+/// the snapshot changes).
 pub fn encode(s: &Snapshot) -> Vec<u8> {
-    encode_as(s, MAGIC)
-}
-
-/// [`encode`] in the layout `magic` names: since `CKPTSNP5` each run of
-/// entries of one directory is stored as that directory's index and the
-/// entries' names (keys repeat their directory's path: 40 % of the bytes on
-/// the 100,000-file tree, written, checksummed and flushed whenever the
-/// snapshot changes); older magics (tests) store whole keys.
-fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
-    let grouped = magic == MAGIC;
     // In walk order: the next walk groups entries by directory in one pass.
     let mut out = Vec::with_capacity(64 + s.entries.len() * 80 + s.dirs.len() * 80);
-    out.extend_from_slice(magic);
+    out.extend_from_slice(MAGIC);
     out.extend_from_slice(&s.taken_ns.to_le_bytes());
     out.extend_from_slice(&s.global.to_le_bytes());
     out.extend_from_slice(&(s.dirs.len() as u64).to_le_bytes());
@@ -407,15 +390,12 @@ fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
         out.extend_from_slice(&d.rules.to_le_bytes());
     }
     out.extend_from_slice(&(s.entries.len() as u64).to_le_bytes());
-    let dir_index: HashMap<&[u8], u32, std::hash::BuildHasherDefault<FxHasher>> = if grouped {
-        s.dirs
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.as_slice(), i as u32))
-            .collect()
-    } else {
-        HashMap::default()
-    };
+    let dir_index: HashMap<&[u8], u32, std::hash::BuildHasherDefault<FxHasher>> = s
+        .dirs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.as_slice(), i as u32))
+        .collect();
     let n = s.entries.len();
     let mut i = 0;
     while i < n {
@@ -423,21 +403,15 @@ fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
         // as that directory's index and their names (`u32::MAX` and a whole
         // key for an entry whose directory is not in the table).
         let parent = walker::parent_of(s.entries.key(i));
-        let dir = if grouped {
-            dir_index.get(parent).copied()
-        } else {
-            None
-        };
+        let dir = dir_index.get(parent).copied();
         let mut j = i + 1;
         if dir.is_some() {
             while j < n && walker::parent_of(s.entries.key(j)) == parent {
                 j += 1;
             }
         }
-        if grouped {
-            out.extend_from_slice(&dir.unwrap_or(u32::MAX).to_le_bytes());
-            out.extend_from_slice(&((j - i) as u32).to_le_bytes());
-        }
+        out.extend_from_slice(&dir.unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&((j - i) as u32).to_le_bytes());
         // Names start after the parent's path and its `/` (none at the root).
         let cut = match dir {
             Some(_) if !parent.is_empty() => parent.len() + 1,
@@ -473,26 +447,19 @@ fn encode_as(s: &Snapshot, magic: &[u8; 8]) -> Vec<u8> {
 
 /// Parses a snapshot; `None` when damaged (the caller rebuilds it).
 pub fn decode(b: &[u8]) -> Option<Snapshot> {
-    let (magic, margin, git_unchecked) = match b.get(..8)? {
-        m if m == MAGIC => (MAGIC, 0, false),
-        m if m == MAGIC_FLAT => (MAGIC_FLAT, 0, false),
-        m if m == MAGIC_GIT_UNCHECKED => (MAGIC_GIT_UNCHECKED, 0, true),
-        m if m == MAGIC_WALL_CLOCK => (MAGIC_WALL_CLOCK, RACY_NS, true),
-        _ => return None,
-    };
-    let grouped = magic == MAGIC;
+    if b.get(..8)? != MAGIC {
+        return None;
+    }
     // Parsed while the checksum is checked on the other core (8.4 MB on the
     // 100,000-file tree).
-    crate::binfile::unseal_with(b, magic, 16, |body| {
-        decode_body(body, margin, git_unchecked, grouped)
-    })
+    crate::binfile::unseal_with(b, MAGIC, 16, decode_body)
 }
 
 /// [`decode`]'s parse of a body, which may be damaged (only its checksum,
 /// checked meanwhile, says so): no count in it is trusted.
-fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool, grouped: bool) -> Option<Snapshot> {
+fn decode_body(mut r: &[u8]) -> Option<Snapshot> {
     use crate::binfile::{take, u32_le, u64_le as u64_};
-    let taken_ns = (u64_(&mut r)? as i64).saturating_sub(margin);
+    let taken_ns = u64_(&mut r)? as i64;
     let global = u64_(&mut r)?;
     let n_dirs = u64_(&mut r)? as usize;
     // A directory takes at least 37 bytes, an entry 41.
@@ -523,7 +490,7 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool, grouped: bool) ->
     let mut prefix: &[u8] = &[];
     let mut with_slash = false;
     for _ in 0..n {
-        if grouped && run_left == 0 {
+        if run_left == 0 {
             let d = u32_le(&mut r)?;
             run_left = u32_le(&mut r)? as usize;
             if run_left == 0 {
@@ -576,7 +543,6 @@ fn decode_body(mut r: &[u8], margin: i64, git_unchecked: bool, grouped: bool) ->
         entries,
         dirs,
         global,
-        git_unchecked,
     })
 }
 
@@ -692,7 +658,6 @@ impl Fresh {
             entries: self.walked.without(&self.dropped),
             dirs: self.dirs,
             global: self.global,
-            git_unchecked: false,
         }
     }
 }
@@ -709,6 +674,7 @@ fn walk_reading_index(
     root: &std::path::Path,
     ignore: &[String],
     known: Option<&walker::Known<'_>>,
+    user: &crate::git::UserDirs,
 ) -> WalkAndIndex {
     std::thread::scope(|s| {
         let reader = known.is_none().then(|| {
@@ -716,7 +682,7 @@ fn walk_reading_index(
                 .spawn_scoped(s, || crate::git::IndexRead::start(root))
                 .ok()
         });
-        let walked = walker::walk(root, ignore, known);
+        let walked = walker::walk(root, ignore, known, user);
         let read = reader.flatten().map(|h| h.join().ok().flatten());
         (walked, read)
     })
@@ -749,7 +715,7 @@ fn fresh(
     // With nothing known, every file is looked up in git's index: it is read
     // on a thread of its own while the tree is walked.
     let (walk_and_read_index, mut index_read) =
-        walk_reading_index(ws.root(), &cfg.ignore, known.as_ref());
+        walk_reading_index(ws.root(), &cfg.ignore, known.as_ref(), ws.user_dirs());
     let walker::Walked {
         entries: mut walked,
         old: old_idx,
@@ -828,8 +794,8 @@ fn fresh(
         let attribute_files = walked.keys().filter(|k| is_attributes_file(k));
         match index_read.take() {
             // Read beside the walk (`None`: not in a repository).
-            Some(read) => read.map(|r| r.finish(ws.root(), attribute_files)),
-            None => crate::git::index_stats(ws.root(), attribute_files),
+            Some(read) => read.map(|r| r.finish(ws.root(), attribute_files, ws.user_dirs())),
+            None => crate::git::index_stats(ws.root(), attribute_files, ws.user_dirs()),
         }
         .map(|(map, converts)| GitIndex { map, converts })
     })
@@ -957,19 +923,6 @@ fn state_of(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<FileState
     }))
 }
 
-/// Whether a snapshot from an older ckpt holds git identities that may not
-/// be its files' bytes (the repository may convert them): it is then dropped,
-/// and the walk starts over as at first use. Checked only for such
-/// snapshots; the next one saved is of the current format.
-fn git_identities_suspect(ws: &Workspace, s: &Snapshot) -> bool {
-    s.git_unchecked
-        && s.entries.iter().any(|(_, e)| e.git_oid.is_some())
-        && crate::git::repo_may_convert(
-            ws.root(),
-            s.entries.keys().filter(|k| is_attributes_file(k)),
-        )
-}
-
 /// Whether a walk key names a `.gitattributes` file.
 fn is_attributes_file(key: &[u8]) -> bool {
     key.rsplit(|&b| b == b'/').next() == Some(b".gitattributes")
@@ -981,7 +934,7 @@ fn is_attributes_file(key: &[u8]) -> bool {
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
     crate::timing("scan: pre");
-    let old = load_file(&dir, "snapshot.bin").filter(|(s, _)| !git_identities_suspect(ws, s));
+    let old = load_file(&dir, "snapshot.bin");
     crate::timing("scan: snapshot loaded");
     let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
     crate::timing("scan: compared");
@@ -995,9 +948,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
         crate::dispose(old);
         None
     };
-    if let Some((old, ino)) = old
-        && !old.git_unchecked
-    {
+    if let Some((old, ino)) = old {
         // Nothing moved since the current snapshot: it is the call's too (a
         // second name; nothing is written or synced). A leftover file of the
         // same name (a crash) gives way. The name must reach the very file
@@ -1412,8 +1363,8 @@ mod tests {
     /// A snapshot stores each entry as a name under its directory's index,
     /// and reads back the same keys: at the root, nested, an entry whose
     /// directory the snapshot does not list (whole key), runs interleaved.
-    /// The flat layout of `CKPTSNP4` still reads; a run naming a directory
-    /// that is not there makes the snapshot damaged, not wrong.
+    /// A run naming a directory that is not there makes the snapshot
+    /// damaged, not wrong; an older format is not read.
     #[test]
     fn a_snapshot_stores_names_under_their_directory_and_reads_back_whole_keys() {
         let e = |ino: u64| Entry {
@@ -1452,16 +1403,16 @@ mod tests {
             entries,
             dirs,
             global: 7,
-            git_unchecked: false,
         };
         let grouped = encode(&s);
         let back = decode(&grouped).unwrap();
         assert_eq!(back.entries, s.entries);
         assert_eq!(back.dirs, s.dirs);
         assert_eq!((back.taken_ns, back.global), (42, 7));
-        let flat = encode_as(&s, MAGIC_FLAT);
-        assert_ne!(flat, grouped);
-        assert_eq!(decode(&flat).unwrap().entries, s.entries);
+        // An older ckpt's format is not read (the cache is rebuilt).
+        let mut old = grouped.clone();
+        old[..8].copy_from_slice(b"CKPTSNP4");
+        assert!(decode(&old).is_none());
         // A run naming directory 99 of 4: damaged.
         let mut bad = s.clone();
         bad.dirs.truncate(1);
@@ -1473,62 +1424,5 @@ mod tests {
         bytes.truncate(body_end);
         crate::binfile::seal(&mut bytes);
         assert!(decode(&bytes).is_none());
-    }
-
-    /// A snapshot an older ckpt wrote (dated by the wall clock, racy within
-    /// `RACY_NS`) is read with its date moved back by that margin.
-    #[test]
-    fn a_wall_clock_snapshot_from_an_older_ckpt_keeps_its_racy_margin() {
-        let s = Snapshot {
-            taken_ns: 1_796_000_000_000_000_000,
-            ..Snapshot::default()
-        };
-        let old = encode_as(&s, MAGIC_WALL_CLOCK);
-        assert_eq!(decode(&old).unwrap().taken_ns, s.taken_ns - RACY_NS);
-        assert!(decode(&old).unwrap().git_unchecked);
-        assert_eq!(decode(&encode(&s)).unwrap().taken_ns, s.taken_ns);
-        assert!(!decode(&encode(&s)).unwrap().git_unchecked);
-    }
-
-    /// A snapshot an older ckpt wrote let git blobs stand for files by stat
-    /// alone; in a repository that may convert bytes (here `* text`) it is
-    /// not reused: the walk starts over and the file's own bytes are stored.
-    /// Elsewhere it is reused as it is.
-    #[test]
-    fn an_older_snapshot_with_git_identities_is_dropped_where_git_may_convert() {
-        for attributes in [Some("* text\n"), None] {
-            let t = tempfile::tempdir().unwrap();
-            git2::Repository::init(t.path()).unwrap();
-            std::fs::write(t.path().join("f.txt"), b"what is there\r\n").unwrap();
-            if let Some(a) = attributes {
-                std::fs::write(t.path().join(".gitattributes"), a).unwrap();
-            }
-            let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
-            let cfg = Config::default();
-            let mut old = fresh(&ws, &cfg, &index_dir(&ws).unwrap(), None)
-                .unwrap()
-                .into_snapshot();
-            // What an older ckpt could have recorded: a blob id for the file
-            // (git's cleaned bytes, not the file's).
-            let blob = crate::git::blob_id(b"what is there\n");
-            let mut oid = [0u8; 20];
-            for (i, b) in oid.iter_mut().enumerate() {
-                *b = u8::from_str_radix(&blob[2 * i..2 * i + 2], 16).unwrap();
-            }
-            let e = entry_mut(&mut old.entries, b"f.txt");
-            e.hash = None;
-            e.git_oid = Some(oid);
-            let bytes = encode_as(&old, MAGIC_GIT_UNCHECKED);
-            std::fs::write(t.path().join(".agent-runtime/index/snapshot.bin"), bytes).unwrap();
-            let snap = pre(&ws, &cfg, "k").unwrap();
-            let f = entry(&snap.entries, b"f.txt");
-            if attributes.is_some() {
-                assert_eq!(f.git_oid, None);
-                assert_eq!(f.hash, Some(ContentHash::of(b"what is there\r\n")));
-            } else {
-                assert_eq!(f.git_oid, Some(oid), "reused where git converts nothing");
-            }
-            assert!(!snap.git_unchecked);
-        }
     }
 }

@@ -17,6 +17,7 @@ use crate::blob_store::BlobStore;
 use crate::checkpoint::{self, CheckpointError, CheckpointFile};
 use crate::durable::{Durable, Fsync, Keep};
 use crate::fs_util::{self, Confined, FsError};
+use crate::git::UserDirs;
 use crate::ids::Clock;
 use crate::ledger::{Ledger, LedgerError, LedgerRead};
 use crate::paths::{PathError, RUNTIME_DIR, RelPath};
@@ -78,6 +79,9 @@ pub struct OpenOptions {
     pub clock: Clock,
     /// Whether anything is synced (tests turn it off: [`Fsync::Off`]).
     pub fsync: Fsync,
+    /// Where the user's git configuration is (global excludes, attributes);
+    /// the binary passes [`UserDirs::from_env`].
+    pub user_dirs: UserDirs,
 }
 
 /// What `ckpt init` did.
@@ -102,6 +106,8 @@ pub struct Workspace {
     trash: Trash,
     /// What was written and is not durable yet.
     durable: Arc<Durable>,
+    /// Where the user's git configuration is.
+    user_dirs: UserDirs,
 }
 
 impl Drop for Workspace {
@@ -218,7 +224,7 @@ impl Workspace {
                 |e| FsError::new("create", root.join(RUNTIME_DIR).display().to_string(), e),
             )?;
         drop(confined);
-        let ws = Workspace::open_with(root, opts.clock, durable)?;
+        let ws = Workspace::open_with(root, opts, durable)?;
         let rt = ws.rt.as_fd();
         let d = ws.durable();
         let mut wrote_config = false;
@@ -288,15 +294,18 @@ impl Workspace {
 
     /// Opens an existing workspace (fails with a hint when `ckpt init` is needed).
     pub fn open(root: &Path, opts: OpenOptions) -> Result<Workspace, WorkspaceError> {
-        let OpenOptions { clock, fsync } = opts;
-        Self::open_with(root, clock, Arc::new(Durable::new(fsync)))
+        let durable = Arc::new(Durable::new(opts.fsync));
+        Self::open_with(root, opts, durable)
     }
 
     fn open_with(
         root: &Path,
-        clock: Clock,
+        opts: OpenOptions,
         durable: Arc<Durable>,
     ) -> Result<Workspace, WorkspaceError> {
+        let OpenOptions {
+            clock, user_dirs, ..
+        } = opts;
         let confined =
             Confined::open(root, durable.clone()).map_err(|source| WorkspaceError::Root {
                 path: root.to_path_buf(),
@@ -315,6 +324,7 @@ impl Workspace {
             rt,
             clock,
             durable,
+            user_dirs,
         })
     }
 
@@ -330,6 +340,11 @@ impl Workspace {
     /// The workspace root.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Where the user's git configuration is (given at open).
+    pub fn user_dirs(&self) -> &UserDirs {
+        &self.user_dirs
     }
 
     /// Where the syncs of what this workspace writes wait until the next

@@ -174,6 +174,7 @@ impl Ctx {
         OpenOptions {
             clock: self.clock(),
             fsync: self.fsync,
+            user_dirs: ckpt::git::UserDirs::from_env(),
         }
     }
 

@@ -63,6 +63,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
 use super::{Entries, Entry, FxHasher};
+use crate::git::UserDirs;
 use crate::par::cpus;
 
 /// A directory as a walk saw it: what tells whether its listing can have
@@ -266,8 +267,9 @@ pub(crate) fn walk(
     root: &Path,
     ignore: &[String],
     known: Option<&Known<'_>>,
+    user: &UserDirs,
 ) -> io::Result<Walked> {
-    walk_known(root, ignore, Opts::default_for_machine(), known)
+    walk_known(root, ignore, Opts::default_for_machine(), known, user)
 }
 
 /// Walks `root` listing every directory: every regular file and symlink not
@@ -278,7 +280,7 @@ pub(crate) fn walk_with(
     ignore: &[String],
     opts: Opts,
 ) -> io::Result<Vec<(Vec<u8>, Entry)>> {
-    walk_known(root, ignore, opts, None).map(|w| w.entries.to_pairs())
+    walk_known(root, ignore, opts, None, &UserDirs::from_env()).map(|w| w.entries.to_pairs())
 }
 
 /// Walks `root`; directories `known` has seen unchanged are not listed.
@@ -287,6 +289,7 @@ pub(crate) fn walk_known(
     ignore: &[String],
     opts: Opts,
     known: Option<&Known<'_>>,
+    user: &UserDirs,
 ) -> io::Result<Walked> {
     // Matchers are given absolute roots; the paths matched against them are
     // relative (no leading `/`), so the crate's byte-wise root stripping never
@@ -300,7 +303,7 @@ pub(crate) fn walk_known(
     let extra = ib.build().map_err(|e| io::Error::other(e.to_string()))?;
     // As `WalkBuilder` does: the global excludes file, rooted at the current
     // directory (ignored when that is unknown).
-    let excludes = global_excludes_path();
+    let excludes = global_excludes_path(user);
     let global = match (std::env::current_dir(), &excludes) {
         // As `GitignoreBuilder::build_global`, from the same path.
         (Ok(cwd), Some(path)) if path.is_file() => {
@@ -402,20 +405,17 @@ pub(crate) fn walk_known(
 /// finds it; without compiling its regex (a third of a millisecond, every
 /// hook) when no git configuration file mentions `excludesfile`: then the
 /// answer is the default path.
-fn global_excludes_path() -> Option<PathBuf> {
-    #[allow(deprecated)] // As the crate finds it.
-    let home = std::env::home_dir();
-    let env_path = |v: &str| {
-        std::env::var_os(v)
-            .filter(|x| !x.is_empty())
-            .map(PathBuf::from)
-    };
-    let xdg = env_path("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+fn global_excludes_path(user: &UserDirs) -> Option<PathBuf> {
+    let xdg = user.xdg();
     let configs = [
-        env_path("GIT_CONFIG_GLOBAL"),
-        home.as_ref().map(|h| h.join(".gitconfig")),
+        user.git_config_global.clone(),
+        user.home.as_ref().map(|h| h.join(".gitconfig")),
         xdg.as_ref().map(|x| x.join("git/config")),
-        Some(env_path("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig"))),
+        Some(
+            user.git_config_system
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
+        ),
     ];
     let mentions = |p: &PathBuf| {
         std::fs::read(p).is_ok_and(|b| {

@@ -559,7 +559,7 @@ fn global_excludes_child() {
     let anchored = std::env::var_os("CKPT_TEST_WALK_ANCHORED").is_some_and(|v| v == "1");
     // Found without the crate's regex when no configuration mentions it.
     assert_eq!(
-        global_excludes_path(),
+        global_excludes_path(&UserDirs::from_env()),
         ignore::gitignore::gitconfig_excludes_path()
     );
     let got = check(Path::new(&root), &[], "global excludes");
@@ -842,7 +842,7 @@ fn walk_timing() {
         if only.is_none() {
             let n = sorted(oracle(&root, &[]).unwrap());
             assert!(
-                n == sorted(walk(&root, &[], None).unwrap().entries.to_pairs()),
+                n == sorted(walk(&root, &[], None, &UserDirs::from_env()).unwrap().entries.to_pairs()),
                 "walks differ"
             );
         }
@@ -854,7 +854,7 @@ fn walk_timing() {
             ),
             (
                 "raw, default".into(),
-                Box::new(|| walk(&root, &[], None).unwrap().entries.len()),
+                Box::new(|| walk(&root, &[], None, &UserDirs::from_env()).unwrap().entries.len()),
             ),
         ];
         variants.push(("floor (1 thread)".into(), Box::new(|| floor_walk(&root))));
@@ -925,7 +925,7 @@ struct Base {
 
 fn base_walk(root: &Path, ignore: &[String], known: Option<&Known<'_>>, opts: Opts) -> Base {
     let taken_ns = now_ns();
-    let w = walk_known(root, ignore, opts, known).unwrap();
+    let w = walk_known(root, ignore, opts, known, &UserDirs::from_env()).unwrap();
     Base { taken_ns, w }
 }
 
