@@ -842,7 +842,12 @@ fn walk_timing() {
         if only.is_none() {
             let n = sorted(oracle(&root, &[]).unwrap());
             assert!(
-                n == sorted(walk(&root, &[], None, &UserDirs::from_env()).unwrap().entries.to_pairs()),
+                n == sorted(
+                    walk(&root, &[], None, &UserDirs::from_env())
+                        .unwrap()
+                        .entries
+                        .to_pairs()
+                ),
                 "walks differ"
             );
         }
@@ -854,7 +859,12 @@ fn walk_timing() {
             ),
             (
                 "raw, default".into(),
-                Box::new(|| walk(&root, &[], None, &UserDirs::from_env()).unwrap().entries.len()),
+                Box::new(|| {
+                    walk(&root, &[], None, &UserDirs::from_env())
+                        .unwrap()
+                        .entries
+                        .len()
+                }),
             ),
         ];
         variants.push(("floor (1 thread)".into(), Box::new(|| floor_walk(&root))));
