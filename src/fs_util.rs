@@ -365,8 +365,6 @@ pub enum EntryKind {
     Special,
 }
 
-static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
-
 /// The workspace root as a directory handle; all reads and writes of user files
 /// go through it.
 #[derive(Debug)]
@@ -374,6 +372,10 @@ pub struct Confined {
     root: OwnedFd,
     /// Where the syncs of what it writes go.
     durable: Arc<Durable>,
+    /// Set once `openat2` is found missing (`ENOSYS`, or `EPERM` from a
+    /// seccomp filter), or chosen off: every open then walks one component
+    /// at a time with `O_NOFOLLOW`, as where `openat2` does not exist.
+    no_openat2: AtomicBool,
 }
 
 impl Confined {
@@ -385,7 +387,18 @@ impl Confined {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Confined { root: fd, durable })
+        Ok(Confined {
+            root: fd,
+            durable,
+            no_openat2: AtomicBool::new(false),
+        })
+    }
+
+    /// Never uses `openat2` (tests run every confined operation both ways).
+    #[doc(hidden)]
+    pub fn without_openat2(self) -> Confined {
+        self.no_openat2.store(true, Ordering::Relaxed);
+        self
     }
 
     /// The set the syncs of what it writes go to.
@@ -409,7 +422,7 @@ impl Confined {
 
     fn resolve(&self, rel: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
         let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        if !OPENAT2_MISSING.load(Ordering::Relaxed) {
+        if !self.no_openat2.load(Ordering::Relaxed) {
             match rustix::fs::openat2(
                 &self.root,
                 OsStr::from_bytes(rel),
@@ -419,7 +432,7 @@ impl Confined {
             ) {
                 Ok(fd) => return Ok(fd),
                 Err(Errno::NOSYS) | Err(Errno::PERM) => {
-                    OPENAT2_MISSING.store(true, Ordering::Relaxed);
+                    self.no_openat2.store(true, Ordering::Relaxed);
                 }
                 Err(Errno::LOOP) | Err(Errno::XDEV) => {
                     return Err(unsafe_path(&format!(
@@ -490,7 +503,7 @@ impl Confined {
         // (instead of opening the parent, the file, and closing the parent).
         // Any failure takes the step-by-step path, which names the problem
         // (a symlink, a FIFO, a missing file) as it always has.
-        if !OPENAT2_MISSING.load(Ordering::Relaxed)
+        if !self.no_openat2.load(Ordering::Relaxed)
             && let Ok(fd) = rustix::fs::openat2(
                 &self.root,
                 OsStr::from_bytes(rel.as_bytes()),
@@ -710,7 +723,15 @@ mod tests {
             .arg(r.join("d/fifo"))
             .status()
             .is_ok_and(|s| s.success());
-        let c = Confined::open(r, Arc::default()).unwrap();
+        for c in [
+            Confined::open(r, Arc::default()).unwrap(),
+            Confined::open(r, Arc::default()).unwrap().without_openat2(),
+        ] {
+            refuses_symlinks_and_special_files(&c, fifo);
+        }
+    }
+
+    fn refuses_symlinks_and_special_files(c: &Confined, fifo: bool) {
         let rel = |s: &str| RelPath::from_ledger(s.as_bytes()).unwrap();
         let (_, n) = c.open_read_sized(&rel("d/f")).unwrap();
         assert_eq!(n, 3);
@@ -729,5 +750,40 @@ mod tests {
             c.open_read(&rel("d/none")).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
+    }
+
+    /// Writes, creates and removes through a directory swapped for a
+    /// symlink to outside the workspace are refused, with `openat2` and
+    /// without it (the per-component `O_NOFOLLOW` walk).
+    #[test]
+    fn nothing_is_written_through_a_symlinked_directory_either_way() {
+        let t = tempfile::tempdir().unwrap();
+        let (ws, outside) = (t.path().join("ws"), t.path().join("outside"));
+        std::fs::create_dir_all(ws.join("real")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("victim"), b"theirs").unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
+        let rel = |s: &str| RelPath::from_ledger(s.as_bytes()).unwrap();
+        for c in [
+            Confined::open(&ws, Arc::default()).unwrap(),
+            Confined::open(&ws, Arc::default())
+                .unwrap()
+                .without_openat2(),
+        ] {
+            assert!(c.write_file(&rel("link/new"), b"x", 0o644).is_err());
+            assert!(c.write_file(&rel("link/victim"), b"x", 0o644).is_err());
+            assert!(c.write_file(&rel("link/deep/new"), b"x", 0o644).is_err());
+            assert!(c.write_symlink(&rel("link/sl"), b"/etc/passwd").is_err());
+            assert!(c.remove(&rel("link/victim")).is_err());
+            c.write_file(&rel("real/ok"), b"fine", 0o644).unwrap();
+        }
+        let mut left: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["victim"]);
+        assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"theirs");
+        assert_eq!(std::fs::read(ws.join("real/ok")).unwrap(), b"fine");
     }
 }
