@@ -82,6 +82,11 @@ pub struct OpenOptions {
     /// Where the user's git configuration is (global excludes, attributes);
     /// the binary passes [`UserDirs::from_env`].
     pub user_dirs: UserDirs,
+    /// Only the portable way where a Linux-only call has one (today: every
+    /// confined open walks one component at a time with `O_NOFOLLOW`
+    /// instead of using `openat2`). Tests run confinement both ways; the
+    /// binary sets it from `CKPT_TEST_PORTABLE=1`.
+    pub portable: bool,
 }
 
 /// What `ckpt init` did.
@@ -304,13 +309,19 @@ impl Workspace {
         durable: Arc<Durable>,
     ) -> Result<Workspace, WorkspaceError> {
         let OpenOptions {
-            clock, user_dirs, ..
+            clock,
+            user_dirs,
+            portable,
+            ..
         } = opts;
-        let confined =
+        let mut confined =
             Confined::open(root, durable.clone()).map_err(|source| WorkspaceError::Root {
                 path: root.to_path_buf(),
                 source,
             })?;
+        if portable {
+            confined = confined.without_openat2();
+        }
         let rt = Arc::new(open_runtime(root, &confined)?);
         let clock = Arc::new(clock);
         let canonical_root = std::fs::canonicalize(root).ok().filter(|c| c != root);

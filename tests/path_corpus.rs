@@ -112,15 +112,36 @@ fn ledger_paths_that_are_not_normal_make_the_record_invalid() {
     }
 }
 
+/// The workspace opened with `openat2`, then with the portable
+/// per-component walk only.
+fn both_ways(env: &TestEnv) -> [ckpt::Workspace; 2] {
+    [false, true].map(|portable| {
+        let opts = ckpt::OpenOptions {
+            portable,
+            ..Default::default()
+        };
+        ckpt::Workspace::open(&env.ws, opts).unwrap()
+    })
+}
+
 #[test]
 fn writes_never_go_through_symlinks_and_create_nothing_outside() {
     let (env, outside) = setup();
-    let ws = env.open();
-    symlink(&outside, env.ws.join("sub")).unwrap();
+    for ws in both_ways(&env) {
+        writes_never_go_through_symlinks(&env, &ws, &outside);
+    }
+}
+
+fn writes_never_go_through_symlinks(env: &TestEnv, ws: &ckpt::Workspace, outside: &Path) {
+    let _ = std::fs::remove_dir_all(env.ws.join("real"));
+    for l in ["sub", "rel", "link.txt"] {
+        let _ = std::fs::remove_file(env.ws.join(l));
+    }
+    symlink(outside, env.ws.join("sub")).unwrap();
     symlink("../outside", env.ws.join("rel")).unwrap();
     symlink(outside.join("keep.txt"), env.ws.join("link.txt")).unwrap();
     std::fs::create_dir(env.ws.join("real")).unwrap();
-    symlink(&outside, env.ws.join("real/inner")).unwrap();
+    symlink(outside, env.ws.join("real/inner")).unwrap();
     let files = ws.files();
     for p in [
         "sub/x",
@@ -150,7 +171,7 @@ fn writes_never_go_through_symlinks_and_create_nothing_outside() {
             .file_type()
             .is_symlink()
     );
-    outside_untouched(&outside);
+    outside_untouched(outside);
 
     // The library's recorded write refuses the same paths.
     let mut call = ws
@@ -162,7 +183,7 @@ fn writes_never_go_through_symlinks_and_create_nothing_outside() {
     let e = call.write_file(&ws.rel_path(b"sub/evil", None).unwrap(), b"x");
     assert!(e.is_err());
     let _ = call.finish(ckpt::CallStatus::Failed, Some("refused".into()));
-    outside_untouched(&outside);
+    outside_untouched(outside);
 }
 
 #[test]
@@ -224,12 +245,17 @@ fn a_ledger_that_is_a_symlink_or_hard_link_is_refused() {
 
 #[test]
 fn symlink_swap_race_never_writes_outside() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
     let (env, outside) = setup();
-    let ws = env.open();
     std::fs::create_dir(env.ws.join("sub")).unwrap();
     symlink(&outside, env.ws.join("swap")).unwrap();
+    for ws in both_ways(&env) {
+        swap_race(&env, &ws, &outside);
+    }
+}
+
+fn swap_race(env: &TestEnv, ws: &ckpt::Workspace, outside: &Path) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let stop = Arc::new(AtomicBool::new(false));
     let attacker = {
         let stop = stop.clone();
@@ -260,5 +286,5 @@ fn symlink_swap_race_never_writes_outside() {
     stop.store(true, Ordering::Relaxed);
     let swaps = attacker.join().unwrap();
     eprintln!("{swaps} swaps, {refused} of 3000 writes refused");
-    outside_untouched(&outside);
+    outside_untouched(outside);
 }

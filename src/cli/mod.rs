@@ -114,6 +114,7 @@ enum Command {
 struct Env {
     clock: Option<(u64, u64)>,
     fsync: ckpt::durable::Fsync,
+    portable: bool,
     no_color: bool,
 }
 
@@ -147,6 +148,8 @@ fn read_env() -> Result<Env, CommandError> {
     Ok(Env {
         clock,
         fsync,
+        // Tests: the portable path where a Linux-only call has one.
+        portable: std::env::var("CKPT_TEST_PORTABLE").is_ok_and(|v| v == "1"),
         no_color: std::env::var_os("NO_COLOR").is_some(),
     })
 }
@@ -159,6 +162,7 @@ pub struct Ctx {
     pub hook_stdin_timeout_ms: u64,
     clock: Option<(u64, u64)>,
     fsync: ckpt::durable::Fsync,
+    portable: bool,
 }
 
 impl Ctx {
@@ -175,6 +179,7 @@ impl Ctx {
             clock: self.clock(),
             fsync: self.fsync,
             user_dirs: ckpt::git::UserDirs::from_env(),
+            portable: self.portable,
         }
     }
 
@@ -355,6 +360,7 @@ pub fn main() -> i32 {
         hook_stdin_timeout_ms,
         clock: env.clock,
         fsync: env.fsync,
+        portable: env.portable,
     };
     let result = match &cli.command {
         Command::Init(a) => init::run(&mut ui, &ctx, a),
