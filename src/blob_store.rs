@@ -313,12 +313,28 @@ impl BlobStore {
 
     /// True when a blob with this hash is stored (its bytes are not re-hashed
     /// here), or git holds it for ckpt ([`GitBacked`]; the object is there).
+    /// For content a record names (durable before the record); before
+    /// relying on a copy nothing may name yet, use [`keeps`](Self::keeps).
     pub fn contains(&self, h: &ContentHash) -> bool {
-        self.stored_size(h).is_some()
-            || self
-                .git_oid(h)
-                .zip(self.git.root.as_ref())
-                .is_some_and(|(oid, root)| crate::git::has_blob(root, &oid))
+        self.stored_size(h).is_some() || self.in_git(h)
+    }
+
+    /// True when git's object database holds `h` for ckpt ([`GitBacked`]).
+    fn in_git(&self, h: &ContentHash) -> bool {
+        self.git_oid(h)
+            .zip(self.git.root.as_ref())
+            .is_some_and(|(oid, root)| crate::git::has_blob(root, &oid))
+    }
+
+    /// True when `h` (whose bytes are `data`, when known) is held soundly,
+    /// to be relied on as the only copy of bytes about to be overwritten (a
+    /// user's file before a rollback): stored with those bytes (or bytes
+    /// that hash to its name), that copy then waiting in the durable set
+    /// (another process may have stored it without its sync done; a power
+    /// loss may have left zeros under its name, which is not a copy), or in
+    /// git's objects for ckpt.
+    pub fn keeps(&self, h: &ContentHash, data: Option<&[u8]>) -> Result<bool, BlobError> {
+        Ok(self.found_sound(h, data)? || self.in_git(h))
     }
 
     fn stored_size(&self, h: &ContentHash) -> Option<u64> {

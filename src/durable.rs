@@ -101,7 +101,7 @@ impl Waiting {
 pub struct Durable {
     fsync: Fsync,
     waiting: Mutex<Waiting>,
-    /// Syncs done, for tests and `CKPT_TIMINGS`.
+    /// Syncs done, for tests.
     done: AtomicUsize,
 }
 
@@ -112,11 +112,6 @@ impl Durable {
             fsync,
             ..Durable::default()
         }
-    }
-
-    /// Whether syncs are done at all.
-    pub fn fsync(&self) -> Fsync {
-        self.fsync
     }
 
     fn off(&self) -> bool {

@@ -237,7 +237,9 @@ pub fn store_observed(
     let Some(h) = obs.state.hash else {
         return Ok(None);
     };
-    if ws.blobs().contains(&h) {
+    // The only copy of bytes about to be overwritten: found sound (and synced
+    // with what is stored), else stored, before the overwrite.
+    if ws.blobs().keeps(&h, obs.bytes.as_deref())? {
         return Ok(Some(h));
     }
     Ok(Some(match &obs.bytes {

@@ -1132,8 +1132,8 @@ fn a_shell_calls_content_is_synced_before_its_record_per_handle_or_by_syncfs() {
 
 /// The same for an Edit/Write hook: its blob and fan-out directory are
 /// synced before the record that names them, and a failed sync leaves no
-/// such record; the next hook naming the same bytes syncs the stored copy
-/// itself (another process may have stored it without its sync done).
+/// such record; the next post, finding the blob stored, records it (that
+/// a found blob joins the finder's sync set is `blob_store`'s unit test).
 #[test]
 fn an_edit_hooks_blob_is_synced_before_the_record_that_names_it() {
     let env = TestEnv::new();

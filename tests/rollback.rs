@@ -343,6 +343,27 @@ fn every_kind_of_agent_change_is_undone_byte_for_byte() {
 
 // ------------------------------------------------------------------ 2. user edits
 
+/// The user's bytes a rollback replaces are stored first even when a file of
+/// the right size already sits under their blob's name holding other bytes
+/// (zeros, as a power loss between a blob's name and its data leaves): that
+/// is no copy, and is replaced before the user's file is overwritten.
+#[test]
+fn a_damaged_copy_of_the_users_bytes_is_replaced_before_the_rollback_overwrites_them() {
+    let env = TestEnv::init();
+    env.write("f.txt", lines(10).as_bytes());
+    edit_call(&env, "s1", "c1", "f.txt", "L2\n", "agent 2\n");
+    let mine = lines_with(10, &[(2, "agent 2"), (9, "user 9")]);
+    env.write("f.txt", mine.as_bytes());
+    let blob = blob_path(&env, mine.as_bytes());
+    std::fs::create_dir_all(blob.parent().unwrap()).unwrap();
+    std::fs::write(&blob, vec![0u8; mine.len()]).unwrap();
+    let (code, v) = rollback(&env, &["--call", "c1"]);
+    assert_eq!(code, 0, "{v:#}");
+    expect_results(&v, &[("f.txt", "merged")]);
+    assert_eq!(std::fs::read(&blob).unwrap(), mine.as_bytes());
+    assert_eq!(ck(&env, &["verify"]).code, 0);
+}
+
 #[test]
 fn user_edits_outside_the_agents_hunk_are_kept() {
     let env = TestEnv::init();
