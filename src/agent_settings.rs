@@ -468,6 +468,8 @@ fn edit(
             }
             Location::User(path) => write_user_file(ws, path, &bytes, mode).map_err(io)?,
         }
+        // No record follows to sync the new name: done here, its error reported.
+        ws.sync_all()?;
     }
     Ok(n)
 }

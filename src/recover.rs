@@ -813,7 +813,9 @@ fn write_note(ws: &Workspace, text: &str) -> Result<(), WorkspaceError> {
         false,
         Keep::Named(ws.durable()),
     )
-    .map_err(|e| FsError::new("write", ".agent-runtime/RECOVERY.md", e).into())
+    .map_err(|e| WorkspaceError::from(FsError::new("write", ".agent-runtime/RECOVERY.md", e)))?;
+    // No record follows to sync it: done here, its error reported.
+    ws.sync_all()
 }
 
 /// JSON for the CLI (DESIGN §5 `recover`).
