@@ -104,18 +104,12 @@ impl AgentFile {
 /// belong to one file), and contents are always read through the confined
 /// resolution.
 fn stat_of(ws: &Workspace, path: &[u8]) -> Option<StatKey> {
-    let st = rustix::fs::statat(
+    let st = crate::sys::lstat_at(
         ws.files().root(),
         <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
     .ok()?;
-    Some((
-        st.st_size as u64,
-        st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
-        st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
-        st.st_ino,
-    ))
+    Some((st.size, st.mtime_ns(), st.ctime_ns(), st.ino))
 }
 
 /// One entry of the file as read: where it lies in `Registry::buf`.

@@ -347,14 +347,8 @@ impl BlobStore {
         let blobs = self.blobs_dir().ok()?;
         // One `fstatat` of `xx/yyy…` (no open of the fan-out directory): this
         // runs for every file a call or a rollback touches.
-        match rustix::fs::statat(
-            blobs,
-            format!("{fan}/{rest}").as_str(),
-            AtFlags::SYMLINK_NOFOLLOW,
-        ) {
-            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                Some((st.st_size as u64, st.st_mode & 0o777))
-            }
+        match crate::sys::lstat_at(blobs, format!("{fan}/{rest}").as_str()) {
+            Ok(st) if st.file_type() == FileType::RegularFile => Some((st.size, st.mode & 0o777)),
             _ => None,
         }
     }
@@ -497,7 +491,7 @@ impl BlobStore {
         };
         failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "blob", e))?;
         let fanfd = self.fan_dir(&fan)?;
-        match fs_util::rename_noreplace(tmp.as_fd(), tmp_name, fanfd.as_fd(), &rest) {
+        match crate::sys::rename_noreplace(tmp.as_fd(), tmp_name, fanfd.as_fd(), &rest) {
             Ok(true) => {}
             Ok(false) => {
                 // Someone stored the same bytes first. Keep theirs if it is sound;

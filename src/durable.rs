@@ -48,6 +48,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::failpoint;
+use crate::sys::HAS_SYNCFS;
 
 /// Whether syncs happen at all: an open option of the workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -152,8 +153,8 @@ impl Durable {
         // the way) stays the same; only the system calls are skipped.
         let mut w = self.lock();
         let dir = if is_dir {
-            let st = rustix::fs::fstat(fd)?;
-            Some((st.st_dev as u64, st.st_ino as u64))
+            let st = crate::sys::fstat(fd)?;
+            Some((st.dev, st.ino))
         } else {
             None
         };
@@ -335,14 +336,9 @@ impl Keep<'_> {
     }
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const HAS_SYNCFS: bool = true;
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-const HAS_SYNCFS: bool = false;
-
 /// Notes `fd`'s file system, once, for a whole-file-system sync.
 fn add_file_system(w: &mut Waiting, fd: BorrowedFd<'_>) -> io::Result<()> {
-    let dev = rustix::fs::fstat(fd)?.st_dev as u64;
+    let dev = crate::sys::fstat(fd)?.dev;
     if !w.file_systems.iter().any(|(d, _)| *d == dev) {
         w.file_systems
             .push((dev, File::from(rustix::io::fcntl_dupfd_cloexec(fd, 0)?)));
@@ -350,19 +346,13 @@ fn add_file_system(w: &mut Waiting, fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
+/// Never called with a file system where there is no `syncfs` (`HAS_SYNCFS`).
 fn syncfs_each(fs: &[(u64, File)]) -> io::Result<()> {
     let mut r = Ok(());
     for (_, f) in fs {
-        r = r.and(rustix::fs::syncfs(f).map_err(io::Error::from));
+        r = r.and(crate::sys::syncfs(f.as_fd()));
     }
     r
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn syncfs_each(_: &[(u64, File)]) -> io::Result<()> {
-    // Never filled where there is no syncfs (HAS_SYNCFS).
-    Ok(())
 }
 
 fn sync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {

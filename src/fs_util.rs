@@ -2,10 +2,9 @@
 //! [`Durable`]), and the workspace-confined reader/writer.
 //!
 //! Every path here is opened relative to a directory handle. Inside the
-//! workspace, resolution uses `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-//! RESOLVE_NO_MAGICLINKS)` (falling back, where the kernel lacks `openat2`, to a
-//! walk that opens each component with `O_NOFOLLOW`), so a directory swapped for a
-//! symlink mid-operation cannot redirect a write outside (RELIABILITY.md B4, S12–S13).
+//! workspace, resolution goes through [`sys::Beneath`] (never following a
+//! symlink on the way), so a directory swapped for a symlink mid-operation
+//! cannot redirect a write outside (RELIABILITY.md B4, S12–S13).
 //! "Canonicalise, check the prefix, open by path" is never used.
 //!
 //! # Limitations
@@ -20,14 +19,15 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::durable::{Durable, Keep};
 use crate::failpoint;
 use crate::paths::RelPath;
+use crate::sys::{self, Beneath, mode as perm_mode, unsafe_path};
 
 /// An I/O failure with the path and the operation it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -59,10 +59,6 @@ impl FsError {
             || self.source.kind() == io::ErrorKind::Other
                 && self.source.to_string().starts_with("E_UNSAFE_PATH")
     }
-}
-
-fn unsafe_path(what: &str) -> io::Error {
-    io::Error::other(format!("E_UNSAFE_PATH: {what}"))
 }
 
 /// Returns a name for a temp file that no other process or thread will pick.
@@ -106,7 +102,7 @@ pub fn lock_exclusive(dir: BorrowedFd<'_>, name: &str, shown: &str) -> Result<Fi
         dir,
         name,
         OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        perm_mode(0o600),
     )
     .map_err(|e| FsError::new("open", shown, e.into()))?;
     // Best effort: a lock works whatever its mode (a file we do not own,
@@ -136,7 +132,7 @@ pub fn open_or_create_private_dir(
     name: &str,
     durable: &Durable,
 ) -> io::Result<(OwnedFd, bool)> {
-    let created = match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+    let created = match rustix::fs::mkdirat(dir, name, perm_mode(0o700)) {
         Ok(()) => true,
         Err(Errno::EXIST) => false,
         Err(e) => return Err(e.into()),
@@ -144,7 +140,7 @@ pub fn open_or_create_private_dir(
     let fd = open_dir(dir, name)?;
     if created {
         // The umask may have removed bits we want or left ones we do not: set it exactly.
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+        rustix::fs::fchmod(&fd, perm_mode(0o700))?;
         durable.content_dir(dir)?;
     }
     Ok((fd, created))
@@ -189,38 +185,10 @@ pub fn write_atomic(
     res
 }
 
-/// Renames `from_dir/from` to `to_dir/to` unless `to` is taken: `Ok(false)`
-/// then, `from` left in place. `renameat2(RENAME_NOREPLACE)` where the
-/// kernel and file system have it, else `link` + `unlink` (just as
-/// exclusive: `link` never replaces a name).
-pub fn rename_noreplace(
-    from_dir: BorrowedFd<'_>,
-    from: impl AsRef<OsStr>,
-    to_dir: BorrowedFd<'_>,
-    to: impl AsRef<OsStr>,
-) -> io::Result<bool> {
-    let (from, to) = (from.as_ref(), to.as_ref());
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    match rustix::fs::renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE) {
-        Ok(()) => return Ok(true),
-        Err(Errno::EXIST) => return Ok(false),
-        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {}
-        Err(e) => return Err(e.into()),
-    }
-    match rustix::fs::linkat(from_dir, from, to_dir, to, AtFlags::empty()) {
-        Ok(()) => {
-            let _ = rustix::fs::unlinkat(from_dir, from, AtFlags::empty());
-            Ok(true)
-        }
-        Err(Errno::EXIST) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Renames the temp file `tmp` to `name` unless that name is taken; then
 /// the temp file is removed and `false` returned.
 fn rename_to_new(dir: BorrowedFd<'_>, tmp: &str, name: &OsStr) -> io::Result<bool> {
-    let done = rename_noreplace(dir, tmp, dir, name)?;
+    let done = sys::rename_noreplace(dir, tmp, dir, name)?;
     if !done {
         let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
     }
@@ -270,18 +238,18 @@ pub fn overwrite_in_place(dir: BorrowedFd<'_>, name: &str, data: &[u8]) -> io::R
         dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        perm_mode(0o600),
     )?;
-    let st = rustix::fs::fstat(&fd)?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+    let st = sys::fstat(&fd)?;
+    if !st.is_file() {
         return Err(io::Error::other(format!("{name} is not a regular file")));
     }
-    if st.st_mode & 0o777 != 0o600 {
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+    if st.perm() & 0o777 != 0o600 {
+        rustix::fs::fchmod(&fd, perm_mode(0o600))?;
     }
     let f = File::from(fd);
     std::os::unix::fs::FileExt::write_all_at(&f, data, 0)?;
-    if st.st_size as u64 > data.len() as u64 {
+    if st.size > data.len() as u64 {
         f.set_len(data.len() as u64)?;
     }
     Ok(())
@@ -294,13 +262,13 @@ pub fn create_excl(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<F
         dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(mode),
+        perm_mode(mode),
     )?;
     // The umask can only remove bits: when it is known and removes none of
     // `mode`'s, the file already has exactly `mode` (one system call less per
     // file; hundreds when a shell call changed hundreds of files).
     if umask_may_clear(mode) {
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+        rustix::fs::fchmod(&fd, perm_mode(mode))?;
     }
     Ok(File::from(fd))
 }
@@ -321,7 +289,7 @@ static UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u
 /// Nothing to do, and no system call, under the usual umasks.
 pub fn fix_private_mode(fd: BorrowedFd<'_>) -> io::Result<()> {
     if umask_may_clear(0o600) {
-        rustix::fs::fchmod(fd, Mode::from_raw_mode(0o600))?;
+        rustix::fs::fchmod(fd, perm_mode(0o600))?;
     }
     Ok(())
 }
@@ -330,9 +298,9 @@ pub fn fix_private_mode(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// it would change nothing. Reading the umask means setting it, so this must
 /// run while the process has one thread (the binary's `main` calls it first).
 pub fn learn_umask() {
-    let old = rustix::process::umask(Mode::from_raw_mode(0o077));
-    rustix::process::umask(old);
-    UMASK.store(old.bits() & 0o777, Ordering::Relaxed);
+    let old = sys::swap_umask(0o077);
+    sys::swap_umask(old);
+    UMASK.store(old, Ordering::Relaxed);
 }
 
 /// Reads `f` to its end into a buffer sized for `size` bytes (its size as
@@ -369,36 +337,35 @@ pub enum EntryKind {
 /// go through it.
 #[derive(Debug)]
 pub struct Confined {
-    root: OwnedFd,
+    /// The root, and how paths are opened beneath it on this kernel.
+    root: Beneath,
     /// Where the syncs of what it writes go.
     durable: Arc<Durable>,
-    /// Set once `openat2` is found missing (`ENOSYS`, or `EPERM` from a
-    /// seccomp filter), or chosen off: every open then walks one component
-    /// at a time with `O_NOFOLLOW`, as where `openat2` does not exist.
-    no_openat2: AtomicBool,
 }
 
 impl Confined {
     /// Opens the workspace root directory; what is written through it is
     /// handed to `durable` as content.
     pub fn open(root: &Path, durable: Arc<Durable>) -> io::Result<Confined> {
-        let fd = rustix::fs::open(
-            root,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
         Ok(Confined {
-            root: fd,
+            root: Beneath::open(root)?,
             durable,
-            no_openat2: AtomicBool::new(false),
         })
     }
 
-    /// Never uses `openat2` (tests run every confined operation both ways).
+    /// Opens every path with the portable per-component walk
+    /// ([`Beneath::portable`]; tests run every confined operation both ways).
     #[doc(hidden)]
-    pub fn without_openat2(self) -> Confined {
-        self.no_openat2.store(true, Ordering::Relaxed);
-        self
+    pub fn portable(self) -> Confined {
+        Confined {
+            root: self.root.portable(),
+            durable: self.durable,
+        }
+    }
+
+    /// Which form of the platform's calls it uses ([`Confined::portable`]).
+    pub fn backend(&self) -> sys::Backend {
+        self.root.backend()
     }
 
     /// The set the syncs of what it writes go to.
@@ -408,67 +375,17 @@ impl Confined {
 
     /// Returns the root directory handle.
     pub fn root(&self) -> BorrowedFd<'_> {
-        self.root.as_fd()
+        self.root.root()
     }
 
     /// Opens `rel_dir` (a workspace-relative directory) beneath the root, refusing
     /// any symlink or magic link on the way.
     pub fn open_dir_beneath(&self, rel_dir: &[u8]) -> io::Result<OwnedFd> {
         if rel_dir.is_empty() {
-            return Ok(rustix::io::dup(&self.root)?);
+            return Ok(rustix::io::dup(self.root())?);
         }
-        self.resolve(rel_dir, OFlags::RDONLY | OFlags::DIRECTORY)
-    }
-
-    fn resolve(&self, rel: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
-        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        if !self.no_openat2.load(Ordering::Relaxed) {
-            match rustix::fs::openat2(
-                &self.root,
-                OsStr::from_bytes(rel),
-                flags,
-                Mode::empty(),
-                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-            ) {
-                Ok(fd) => return Ok(fd),
-                Err(Errno::NOSYS) | Err(Errno::PERM) => {
-                    self.no_openat2.store(true, Ordering::Relaxed);
-                }
-                Err(Errno::LOOP) | Err(Errno::XDEV) => {
-                    return Err(unsafe_path(&format!(
-                        "`{}` goes through a symlink",
-                        String::from_utf8_lossy(rel)
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Fallback: open one component at a time, each with O_NOFOLLOW, so no
-        // symlink (swapped in or not) is ever followed.
-        let mut cur = rustix::io::dup(&self.root)?;
-        let parts: Vec<&[u8]> = rel.split(|&b| b == b'/').collect();
-        for (i, c) in parts.iter().enumerate() {
-            if c.is_empty() || *c == b"." || *c == b".." {
-                return Err(unsafe_path("unnormalised path"));
-            }
-            let last = i + 1 == parts.len();
-            let f = if last {
-                flags
-            } else {
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
-            };
-            cur = match rustix::fs::openat(&cur, OsStr::from_bytes(c), f, Mode::empty()) {
-                Ok(fd) => fd,
-                Err(Errno::LOOP) | Err(Errno::NOTDIR) if !last => {
-                    return Err(unsafe_path(&format!(
-                        "`{}` goes through a symlink or a non-directory",
-                        String::from_utf8_lossy(rel)
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            };
-        }
-        Ok(cur)
+        self.root
+            .open_path(rel_dir, OFlags::RDONLY | OFlags::DIRECTORY)
     }
 
     fn parent_of(&self, rel: &RelPath) -> io::Result<(OwnedFd, Vec<u8>)> {
@@ -503,22 +420,13 @@ impl Confined {
         // (instead of opening the parent, the file, and closing the parent).
         // Any failure takes the step-by-step path, which names the problem
         // (a symlink, a FIFO, a missing file) as it always has.
-        if !self.no_openat2.load(Ordering::Relaxed)
-            && let Ok(fd) = rustix::fs::openat2(
-                &self.root,
-                OsStr::from_bytes(rel.as_bytes()),
-                OFlags::RDONLY
-                    | OFlags::NOFOLLOW
-                    | OFlags::NONBLOCK
-                    | OFlags::CLOEXEC
-                    | OFlags::NOCTTY,
-                Mode::empty(),
-                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-            )
-            && let Ok(st) = rustix::fs::fstat(&fd)
-            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        if let Some(Ok(fd)) = self.root.open_whole(
+            rel.as_bytes(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        ) && let Ok(st) = sys::fstat(&fd)
+            && st.is_file()
         {
-            return Ok((File::from(fd), st.st_size as u64));
+            return Ok((File::from(fd), st.size));
         }
         let (dir, name) = self.parent_of(rel)?;
         open_regular_at_sized(dir.as_fd(), OsStr::from_bytes(&name))
@@ -535,7 +443,7 @@ impl Confined {
     pub fn create_parents(&self, rel: &RelPath) -> io::Result<OwnedFd> {
         let (parent, _) = rel.split_parent();
         let Some(parent) = parent else {
-            return Ok(rustix::io::dup(&self.root)?);
+            return Ok(rustix::io::dup(self.root())?);
         };
         // Usually the directory is there: one confined open instead of a
         // mkdirat + openat per component.
@@ -544,10 +452,10 @@ impl Confined {
         if let Ok(fd) = self.open_dir_beneath(parent) {
             return Ok(fd);
         }
-        let mut cur = rustix::io::dup(&self.root)?;
+        let mut cur = rustix::io::dup(self.root())?;
         for c in parent.split(|&b| b == b'/') {
             let name = OsStr::from_bytes(c);
-            match rustix::fs::mkdirat(&cur, name, Mode::from_raw_mode(0o777)) {
+            match rustix::fs::mkdirat(&cur, name, perm_mode(0o777)) {
                 Ok(()) => self.durable.content_dir(&cur)?,
                 Err(Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
@@ -618,15 +526,15 @@ impl Confined {
 
 /// Returns what `dir/name` holds, without following a symlink.
 pub fn entry_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<EntryKind> {
-    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+    let st = match sys::lstat_at(dir, name) {
         Ok(st) => st,
         Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(EntryKind::Absent),
         Err(e) => return Err(e.into()),
     };
-    Ok(match FileType::from_raw_mode(st.st_mode) {
+    Ok(match st.file_type() {
         FileType::RegularFile => EntryKind::File {
-            mode: st.st_mode & 0o7777,
-            size: st.st_size as u64,
+            mode: st.perm(),
+            size: st.size,
         },
         FileType::Symlink => {
             let target = rustix::fs::readlinkat(dir, name, Vec::new())?;
@@ -661,14 +569,14 @@ pub fn open_regular_at_sized(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(F
             e.into()
         }
     })?;
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+    let st = sys::fstat(&fd)?;
+    if !st.is_file() {
         return Err(io::Error::other(format!(
             "E_NOT_REGULAR: `{}` is not a regular file",
             String::from_utf8_lossy(name.as_bytes())
         )));
     }
-    Ok((File::from(fd), st.st_size as u64))
+    Ok((File::from(fd), st.size))
 }
 
 /// Opens `path` (from a payload: hostile) for reading only if it is a
@@ -725,7 +633,7 @@ mod tests {
             .is_ok_and(|s| s.success());
         for c in [
             Confined::open(r, Arc::default()).unwrap(),
-            Confined::open(r, Arc::default()).unwrap().without_openat2(),
+            Confined::open(r, Arc::default()).unwrap().portable(),
         ] {
             refuses_symlinks_and_special_files(&c, fifo);
         }
@@ -766,9 +674,7 @@ mod tests {
         let rel = |s: &str| RelPath::from_ledger(s.as_bytes()).unwrap();
         for c in [
             Confined::open(&ws, Arc::default()).unwrap(),
-            Confined::open(&ws, Arc::default())
-                .unwrap()
-                .without_openat2(),
+            Confined::open(&ws, Arc::default()).unwrap().portable(),
         ] {
             assert!(c.write_file(&rel("link/new"), b"x", 0o644).is_err());
             assert!(c.write_file(&rel("link/victim"), b"x", 0o644).is_err());

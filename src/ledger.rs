@@ -436,10 +436,10 @@ pub(crate) fn create_empty(rt: BorrowedFd<'_>) -> io::Result<bool> {
         rt,
         LEDGER_FILE,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        crate::sys::mode(0o600),
     ) {
         Ok(fd) => {
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+            rustix::fs::fchmod(&fd, crate::sys::mode(0o600))?;
             // The head anchor exists from the start (its name is synced with
             // the ledger's by init): a ledger with records and no head is
             // one whose head was deleted.
@@ -588,7 +588,7 @@ impl Ledger {
             &*self.rt,
             LOCK_FILE,
             OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
+            crate::sys::mode(0o600),
         )
         .map_err(|e| io_err("open the lock file", e))?;
         // Best effort, as for every lock file: the lock works whatever its mode.
@@ -618,7 +618,7 @@ impl Ledger {
             &*self.rt,
             LEDGER_FILE,
             OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
+            crate::sys::mode(0o600),
         )
         .map_err(|e| {
             if e == rustix::io::Errno::LOOP {
@@ -627,23 +627,19 @@ impl Ledger {
                 io_err("open", e)
             }
         })?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", e))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        let st = crate::sys::fstat(&fd).map_err(|e| io_err("stat", e))?;
+        if st.file_type() != FileType::RegularFile {
             return Err(LedgerError::Unsafe("is not a regular file".into()));
         }
-        if st.st_nlink != 1 {
-            return Err(LedgerError::Unsafe(format!(
-                "has {} hard links",
-                st.st_nlink
-            )));
+        if st.nlink != 1 {
+            return Err(LedgerError::Unsafe(format!("has {} hard links", st.nlink)));
         }
-        if st.st_uid != rustix::process::geteuid().as_raw() {
+        if st.uid != rustix::process::geteuid().as_raw() {
             return Err(LedgerError::Unsafe("belongs to another user".into()));
         }
         let mut file = File::from(fd);
         if !existed {
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(0o600))
-                .map_err(|e| io_err("chmod", e))?;
+            rustix::fs::fchmod(&file, crate::sys::mode(0o600)).map_err(|e| io_err("chmod", e))?;
             self.durable
                 .dir_now(self.rt.as_fd())
                 .map_err(|e| io_err("sync the directory of", e))?;
@@ -659,7 +655,7 @@ impl Ledger {
         if let Some(why) = damaged_mark(self.rt.as_fd()) {
             return Err(LedgerError::Damaged(why));
         }
-        let (tail, torn) = match scan_tail(&mut file, st.st_size as u64) {
+        let (tail, torn) = match scan_tail(&mut file, st.size) {
             Err(LedgerError::Corrupt { problem, .. }) => {
                 mark_damaged(self.rt.as_fd(), &problem);
                 return Err(LedgerError::Damaged(problem));
@@ -757,8 +753,8 @@ impl Ledger {
             }
             Err(e) => return Err(io_err("open", e)),
         };
-        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", e))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        let st = crate::sys::fstat(&fd).map_err(|e| io_err("stat", e))?;
+        if st.file_type() != FileType::RegularFile {
             return Err(LedgerError::Unsafe("is not a regular file".into()));
         }
         Ok(Some(File::from(fd)))
@@ -1133,7 +1129,7 @@ fn write_head(rt: std::os::fd::BorrowedFd<'_>, tail: &Tail) {
         rt,
         HEAD_FILE,
         OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        crate::sys::mode(0o600),
     ) {
         let _ = fs_util::fix_private_mode(fd.as_fd());
         let _ = rustix::io::pwrite(&fd, &body, 0);
@@ -1191,7 +1187,7 @@ impl Written<'_> {
         // The head anchor moves on only if nothing was appended since: a later
         // writer sets it after its own sync, which covered these records too
         // (the anchor may lag behind the ledger, never run ahead of it).
-        if rustix::fs::fstat(&self.file).is_ok_and(|st| st.st_size as u64 == self.tail.end) {
+        if crate::sys::fstat(&self.file).is_ok_and(|st| st.size == self.tail.end) {
             write_head(self.ledger.rt.as_fd(), &self.tail);
         }
         beside.map_err(|e| io_err("sync the files written beside", e))

@@ -80,6 +80,7 @@ pub mod rollback;
 pub mod scan;
 pub mod scenario;
 pub mod session;
+pub mod sys;
 pub mod trace;
 pub mod trash;
 pub mod verify;

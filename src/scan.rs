@@ -320,15 +320,15 @@ fn fs_now(index: &OwnedFd) -> i64 {
             index,
             "clock",
             OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            rustix::fs::Mode::from_raw_mode(0o600),
+            crate::sys::mode(0o600),
         )
         .ok()?;
-        let st = rustix::fs::fstat(&fd).ok()?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        let st = crate::sys::fstat(&fd).ok()?;
+        if st.file_type() != rustix::fs::FileType::RegularFile {
             return None;
         }
-        if st.st_mode & 0o777 != 0o600 {
-            rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600)).ok()?;
+        if st.mode & 0o777 != 0o600 {
+            rustix::fs::fchmod(&fd, crate::sys::mode(0o600)).ok()?;
         }
         let now = Timespec {
             tv_sec: 0,
@@ -342,8 +342,8 @@ fn fs_now(index: &OwnedFd) -> i64 {
             },
         )
         .ok()?;
-        let st = rustix::fs::fstat(&fd).ok()?;
-        Some(st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64)
+        let st = crate::sys::fstat(&fd).ok()?;
+        Some(st.ctime_ns())
     })();
     touched.unwrap_or_else(|| now_ns() - RACY_NS)
 }
@@ -553,9 +553,9 @@ fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
 /// [`load`], with the inode the snapshot was read from.
 fn load_file(dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
     let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
-    let st = rustix::fs::fstat(&f).ok()?;
-    let ino = st.st_ino;
-    crate::big_tables_ahead(st.st_size as u64);
+    let st = crate::sys::fstat(&f).ok()?;
+    let ino = st.ino;
+    crate::big_tables_ahead(st.size);
     let mut v = Vec::new();
     f.read_to_end(&mut v).ok()?;
     Some((decode(&v)?, ino))
@@ -675,6 +675,7 @@ fn walk_reading_index(
     ignore: &[String],
     known: Option<&walker::Known<'_>>,
     user: &crate::git::UserDirs,
+    backend: crate::sys::Backend,
 ) -> WalkAndIndex {
     std::thread::scope(|s| {
         let reader = known.is_none().then(|| {
@@ -682,7 +683,7 @@ fn walk_reading_index(
                 .spawn_scoped(s, || crate::git::IndexRead::start(root))
                 .ok()
         });
-        let walked = walker::walk(root, ignore, known, user);
+        let walked = walker::walk(root, ignore, known, user, backend);
         let read = reader.flatten().map(|h| h.join().ok().flatten());
         (walked, read)
     })
@@ -714,8 +715,13 @@ fn fresh(
     crate::timing("scan: known paths mapped");
     // With nothing known, every file is looked up in git's index: it is read
     // on a thread of its own while the tree is walked.
-    let (walk_and_read_index, mut index_read) =
-        walk_reading_index(ws.root(), &cfg.ignore, known.as_ref(), ws.user_dirs());
+    let (walk_and_read_index, mut index_read) = walk_reading_index(
+        ws.root(),
+        &cfg.ignore,
+        known.as_ref(),
+        ws.user_dirs(),
+        ws.files().backend(),
+    );
     let walker::Walked {
         entries: mut walked,
         old: old_idx,
@@ -956,9 +962,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
         let none = rustix::fs::AtFlags::empty();
         let _ = rustix::fs::unlinkat(&calls, name.as_str(), none);
         if rustix::fs::linkat(&dir, "snapshot.bin", &calls, name.as_str(), none).is_ok() {
-            let same =
-                rustix::fs::statat(&calls, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| st.st_ino == ino);
+            let same = crate::sys::lstat_at(&calls, name.as_str()).is_ok_and(|st| st.ino == ino);
             if same {
                 crate::dispose(fresh);
                 return Ok(old);
@@ -1347,8 +1351,9 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
         let ctime = |name: &str| {
-            let st = rustix::fs::stat(t.path().join(name)).unwrap();
-            st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64
+            crate::sys::fstat(std::fs::File::open(t.path().join(name)).unwrap())
+                .unwrap()
+                .ctime_ns()
         };
         for _ in 0..20 {
             std::fs::write(t.path().join("before"), b"b").unwrap();

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::OFlags;
 
 use crate::ids::Clock;
 
@@ -52,13 +52,13 @@ fn append(
         rt,
         file,
         OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        crate::sys::mode(0o600),
     ) else {
         return;
     };
     let _ = crate::fs_util::fix_private_mode(std::os::fd::AsFd::as_fd(&fd));
-    if rustix::fs::fstat(&fd)
-        .map(|st| st.st_size as u64 > MAX_TRACE_BYTES)
+    if crate::sys::fstat(&fd)
+        .map(|st| st.size > MAX_TRACE_BYTES)
         .unwrap_or(true)
     {
         return;

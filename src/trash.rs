@@ -207,9 +207,8 @@ pub fn empty_dir(dir: BorrowedFd<'_>) -> usize {
 /// no stdio, not waited for). False when it could not be started.
 fn spawn_reaper(exe: &std::path::Path, rt: &OwnedFd) -> bool {
     use std::os::unix::process::CommandExt;
-    // The runtime directory by a path the child can open: ours, through /proc.
-    let rt_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(rt));
-    let Ok(real) = std::fs::read_link(&rt_path) else {
+    // The runtime directory by a path the child can open.
+    let Some(real) = crate::sys::path_of_dir(rt.as_fd()) else {
         return false;
     };
     std::process::Command::new(exe)

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{FileType, Mode};
+use rustix::fs::FileType;
 
 use crate::blob_store::BlobStore;
 use crate::checkpoint::{self, CheckpointError, CheckpointFile};
@@ -191,23 +191,23 @@ fn open_runtime(root: &Path, confined: &Confined) -> Result<OwnedFd, WorkspaceEr
         }
         Err(e) => return Err(FsError::new("open", rt_path.display().to_string(), e).into()),
     };
-    let st = rustix::fs::fstat(&fd)
+    let st = crate::sys::fstat(&fd)
         .map_err(|e| FsError::new("stat", rt_path.display().to_string(), e.into()))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+    if st.file_type() != FileType::Directory {
         return Err(WorkspaceError::RuntimeUnsafe(
             rt_path,
             "is not a directory".into(),
         ));
     }
-    if st.st_uid != rustix::process::geteuid().as_raw() {
+    if st.uid != rustix::process::geteuid().as_raw() {
         return Err(WorkspaceError::RuntimeUnsafe(
             rt_path,
             "belongs to another user".into(),
         ));
     }
-    if st.st_mode & 0o777 != 0o700 {
+    if st.mode & 0o777 != 0o700 {
         // Ours, but readable by others (e.g. fresh from a git checkout): make it private.
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))
+        rustix::fs::fchmod(&fd, crate::sys::mode(0o700))
             .map_err(|e| FsError::new("chmod", rt_path.display().to_string(), e.into()))?;
     }
     Ok(fd)
@@ -320,7 +320,7 @@ impl Workspace {
                 source,
             })?;
         if portable {
-            confined = confined.without_openat2();
+            confined = confined.portable();
         }
         let rt = Arc::new(open_runtime(root, &confined)?);
         let clock = Arc::new(clock);
@@ -530,10 +530,9 @@ fn sweep_old(dir: &OwnedFd, now: i64, pick: impl Fn(&[u8]) -> bool) -> usize {
         if !pick(name.to_bytes()) {
             continue;
         }
-        if let Ok(st) =
-            rustix::fs::statat(dir, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            && FileType::from_raw_mode(st.st_mode) != FileType::Directory
-            && now - st.st_mtime > 3600
+        if let Ok(st) = crate::sys::lstat_at(dir, name.as_c_str())
+            && st.file_type() != FileType::Directory
+            && now - st.mtime.0 > 3600
             && rustix::fs::unlinkat(dir, name.as_c_str(), rustix::fs::AtFlags::empty()).is_ok()
         {
             n += 1;

@@ -103,18 +103,18 @@ impl Observed {
 struct StatKey {
     dev: u64,
     ino: u64,
-    size: i64,
+    size: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
 }
 
-fn key_of(st: &rustix::fs::Stat) -> StatKey {
+fn key_of(st: &crate::sys::Stat) -> StatKey {
     StatKey {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size,
-        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
-        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+        dev: st.dev,
+        ino: st.ino,
+        size: st.size,
+        mtime: st.mtime,
+        ctime: st.ctime,
     }
 }
 
@@ -125,7 +125,7 @@ fn io_err(op: &'static str, rel: &RelPath, e: impl Into<io::Error>) -> Workspace
 /// Observes `name` in `dir`: kind, content hash, mode; keeps the bytes of
 /// files up to `keep_up_to` bytes.
 fn observe_at(dir: BorrowedFd<'_>, name: &OsStr, keep_up_to: u64) -> io::Result<Observed> {
-    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+    let st = match crate::sys::lstat_at(dir, name) {
         Ok(st) => st,
         Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => {
             return Ok(Observed {
@@ -136,12 +136,12 @@ fn observe_at(dir: BorrowedFd<'_>, name: &OsStr, keep_up_to: u64) -> io::Result<
         }
         Err(e) => return Err(e.into()),
     };
-    match FileType::from_raw_mode(st.st_mode) {
+    match st.file_type() {
         FileType::RegularFile => {
             let f = fs_util::open_regular_at(dir, name)?;
-            let fst = rustix::fs::fstat(&f)?;
-            let (hash, bytes) = hash_file(f, fst.st_size as u64, keep_up_to)?;
-            let perm = fst.st_mode & 0o7777;
+            let fst = crate::sys::fstat(&f)?;
+            let (hash, bytes) = hash_file(f, fst.size, keep_up_to)?;
+            let perm = fst.perm();
             Ok(Observed {
                 state: PathState {
                     hash: Some(hash),
@@ -324,12 +324,12 @@ pub fn prepare(
 
 /// Removes the directories on the way to `rel` (deepest first, never the
 /// workspace root) that are empty and were born at or after `since_ms`
-/// (Unix ms; their `statx` birth time, less the coarse clock's lag): the
+/// (Unix ms; their birth time, less the coarse clock's lag): the
 /// directories the agent made for a file a rollback just removed. Stops at
 /// the first one that is not empty, older, or whose birth time this file
 /// system does not keep. Returns those removed.
 pub fn remove_new_empty_dirs(ws: &Workspace, rel: &RelPath, since_ms: u64) -> Vec<RelPath> {
-    use rustix::fs::{AtFlags, StatxFlags};
+    use rustix::fs::AtFlags;
     // The file system's clock is the kernel's coarse one, up to a tick (4 ms
     // at HZ=250, measured here) behind the system clock that dates the call.
     // A directory made in a call's first tick at HZ=100 stays (safe side).
@@ -347,21 +347,10 @@ pub fn remove_new_empty_dirs(ws: &Workspace, rel: &RelPath, since_ms: u64) -> Ve
         let Ok(name) = std::ffi::CString::new(name) else {
             break;
         };
-        let Ok(st) = rustix::fs::statx(
-            &parent,
-            name.as_c_str(),
-            AtFlags::SYMLINK_NOFOLLOW,
-            StatxFlags::TYPE | StatxFlags::BTIME,
-        ) else {
+        let Some((is_dir, born_ms)) = crate::sys::birth_ms(parent.as_fd(), name.as_c_str()) else {
             break;
         };
-        let is_dir = u32::from(st.stx_mode) & 0o170000 == 0o040000;
-        let born_ms = (st.stx_btime.tv_sec.max(0) as u64) * 1000
-            + u64::from(st.stx_btime.tv_nsec) / 1_000_000;
-        if !is_dir
-            || !StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME)
-            || born_ms + SLACK_MS < since_ms
-        {
+        if !is_dir || born_ms + SLACK_MS < since_ms {
             break;
         }
         if rustix::fs::unlinkat(&parent, name.as_c_str(), AtFlags::REMOVEDIR).is_err() {
@@ -445,7 +434,7 @@ fn commit_inner(
     }
     crate::failpoint::hit("rollback.before_rename").map_err(|e| io_err("replace", rel, e))?;
     // The last look: anything that moved since it was hashed is a race.
-    let again = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+    let again = match crate::sys::lstat_at(dir, name) {
         Ok(st) => Some(key_of(&st)),
         Err(rustix::io::Errno::NOENT) => None,
         Err(e) => return Err(io_err("inspect", rel, e)),
@@ -457,7 +446,7 @@ fn commit_inner(
     // A regular file replaced or removed keeps a name in the trash, so its
     // blocks are freed after the action, not inside this rename (see trash).
     let regular = now.state.hash.is_some() && !now.state.is_symlink();
-    let size = now.stat.map_or(0, |k| k.size as u64);
+    let size = now.stat.map_or(0, |k| k.size);
     match &p.tmp {
         None if regular => {
             trash
@@ -469,7 +458,7 @@ fn commit_inner(
                 .map_err(|e| io_err("remove", rel, e))?;
         }
         Some(tmp) if expect.hash.is_none() && !expect.is_other_kind() => {
-            match fs_util::rename_noreplace(dir.as_fd(), tmp.as_str(), dir.as_fd(), name) {
+            match crate::sys::rename_noreplace(dir.as_fd(), tmp.as_str(), dir.as_fd(), name) {
                 Ok(true) => {}
                 Ok(false) => {
                     let moved =

@@ -86,14 +86,7 @@ fn tampered_blobs_are_refused_and_reported() {
             "a FIFO",
             |p, _| {
                 std::fs::remove_file(p).unwrap();
-                rustix::fs::mknodat(
-                    rustix::fs::CWD,
-                    p,
-                    rustix::fs::FileType::Fifo,
-                    rustix::fs::Mode::from_raw_mode(0o600),
-                    0,
-                )
-                .unwrap();
+                crate::common::mkfifo(p);
             },
             "blob_not_regular",
         ),

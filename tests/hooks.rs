@@ -847,14 +847,7 @@ fn codex_bash_pairs_and_a_fifo_target_never_hangs_a_hook() {
 
     let env = TestEnv::init();
     let fifo = env.ws.join("pipe");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    crate::common::mkfifo(&fifo);
     let payload = format!(
         r#"{{"session_id":"s","cwd":"{ws}","hook_event_name":"PreToolUse","tool_name":"Write","tool_input":{{"file_path":"{ws}/pipe","content":"x"}},"tool_use_id":"t-fifo"}}"#,
         ws = env.ws.display()

@@ -191,14 +191,7 @@ fn fifos_and_devices_are_refused_without_hanging() {
     let (env, _outside) = setup();
     let ws = env.open();
     let fifo = env.ws.join("pipe");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    crate::common::mkfifo(&fifo);
     let rel = ws.rel_path(b"pipe", None).unwrap();
     let t = std::time::Instant::now();
     let e = ws.files().open_read(&rel).unwrap_err();

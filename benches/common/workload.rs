@@ -1348,12 +1348,14 @@ struct FloorDir {
     files: Vec<(std::ffi::OsString, [u64; 5], [u8; 32])>,
 }
 
+// `stat`'s field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
 fn floor_stat(st: &rustix::fs::Stat) -> [u64; 5] {
     [
         st.st_size as u64,
-        st.st_mtime as u64 * 1_000_000_000 + st.st_mtime_nsec,
-        st.st_ctime as u64 * 1_000_000_000 + st.st_ctime_nsec,
-        st.st_ino,
+        st.st_mtime as u64 * 1_000_000_000 + st.st_mtime_nsec as u64,
+        st.st_ctime as u64 * 1_000_000_000 + st.st_ctime_nsec as u64,
+        st.st_ino as u64,
         st.st_mode as u64,
     ]
 }

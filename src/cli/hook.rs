@@ -113,8 +113,8 @@ fn read_stdin_ready(head: &mut Vec<u8>) -> Option<Result<Vec<u8>, HookInputError
     use rustix::fs::{FileType, OFlags};
     let stdin = std::io::stdin();
     let fd = stdin.as_fd();
-    let st = rustix::fs::fstat(fd).ok()?;
-    match FileType::from_raw_mode(st.st_mode) {
+    let st = ckpt::sys::fstat(fd).ok()?;
+    match st.file_type() {
         // Claude Code and Gemini CLI hand hooks a Unix socket, others a pipe.
         FileType::Fifo | FileType::Socket => {}
         // A regular file never blocks: read it here, capped, with no thread.

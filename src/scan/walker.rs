@@ -54,17 +54,18 @@
 
 use std::ffi::{CStr, OsStr};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
+use rustix::fs::{FileType, Mode, OFlags};
 
 use super::{Entries, Entry, FxHasher};
 use crate::git::UserDirs;
 use crate::par::cpus;
+use crate::sys::Backend;
 
 /// A directory as a walk saw it: what tells whether its listing can have
 /// changed since.
@@ -250,13 +251,16 @@ pub(crate) struct Opts {
     pub threads: usize,
     /// Entries seen before helpers may start.
     pub spawn_after: usize,
+    /// How directories are listed.
+    pub backend: Backend,
 }
 
 impl Opts {
-    fn default_for_machine() -> Opts {
+    fn default_for_machine(backend: Backend) -> Opts {
         Opts {
             threads: MAX_THREADS,
             spawn_after: SPAWN_AFTER,
+            backend,
         }
     }
 }
@@ -268,8 +272,15 @@ pub(crate) fn walk(
     ignore: &[String],
     known: Option<&Known<'_>>,
     user: &UserDirs,
+    backend: Backend,
 ) -> io::Result<Walked> {
-    walk_known(root, ignore, Opts::default_for_machine(), known, user)
+    walk_known(
+        root,
+        ignore,
+        Opts::default_for_machine(backend),
+        known,
+        user,
+    )
 }
 
 /// Walks `root` listing every directory: every regular file and symlink not
@@ -329,6 +340,7 @@ pub(crate) fn walk_known(
         // Other patterns or another global excludes file: everything is
         // listed (and still paired with what was known).
         trust: known.is_some_and(|k| k.global == global_sig),
+        backend: opts.backend,
         queue: Mutex::new(Queue {
             stack: vec![Work {
                 fd: Dirfd::Open(root_fd),
@@ -531,6 +543,8 @@ struct Shared<'a> {
     known: Option<&'a Known<'a>>,
     /// Unchanged directories of `known` may be taken as they were.
     trust: bool,
+    /// How directories are listed.
+    backend: Backend,
     queue: Mutex<Queue>,
     cv: Condvar,
 }
@@ -666,7 +680,7 @@ impl Shared<'_> {
             },
         };
         // Its stat data before its listing: a change made after this moves it.
-        let mut now = match rustix::fs::fstat(&fd) {
+        let mut now = match crate::sys::fstat(&fd) {
             Ok(st) => dir_stat(&st),
             Err(_) => DirStat {
                 flags: UNLISTED,
@@ -695,24 +709,22 @@ impl Shared<'_> {
         l.names.clear();
         l.ents.clear();
         let mut flags = 0;
-        let mut dir = RawDir::new(&fd, l.buf.spare_capacity_mut());
-        while let Some(e) = dir.next() {
-            // A listing that fails part way keeps what was read.
-            let Ok(e) = e else {
-                now.flags |= UNLISTED;
-                break;
-            };
-            let name = e.file_name();
+        let (names, ents) = (&mut l.names, &mut l.ents);
+        let listed = crate::sys::list_dir(fd.as_fd(), &mut l.buf, self.backend, |name, ty| {
             match name.to_bytes() {
-                b"." | b".." => continue,
+                b"." | b".." => return,
                 b".ignore" => flags |= HAS_IGNORE,
                 b".gitignore" => flags |= HAS_GITIGNORE,
                 b".git" => flags |= HAS_GIT,
                 _ => {}
             }
-            let start = l.names.len();
-            l.names.extend_from_slice(name.to_bytes_with_nul());
-            l.ents.push((start, l.names.len(), e.file_type()));
+            let start = names.len();
+            names.extend_from_slice(name.to_bytes_with_nul());
+            ents.push((start, names.len(), ty));
+        });
+        // A listing that fails part way keeps what was read.
+        if listed.is_err() {
+            now.flags |= UNLISTED;
         }
         let (rules, sig) = self.dir_rules(&key, flags, rules);
         if kd.is_some_and(|k| (k.stat.flags & RULE_FILES, k.stat.rules) != (flags, sig)) {
@@ -742,7 +754,6 @@ impl Shared<'_> {
             path.push(b'/');
         }
         let fd = Arc::new(fd);
-        let nofollow = AtFlags::SYMLINK_NOFOLLOW;
         l.seen += l.ents.len();
         for &(start, end, d_type) in &l.ents {
             let Ok(cname) = CStr::from_bytes_with_nul(&l.names[start..end]) else {
@@ -756,9 +767,9 @@ impl Shared<'_> {
             }
             let mut stat = None;
             let ty = if d_type == FileType::Unknown {
-                match rustix::fs::statat(&*fd, cname, nofollow) {
+                match crate::sys::lstat_at(&*fd, cname) {
                     Ok(st) => {
-                        let ty = FileType::from_raw_mode(st.st_mode as _);
+                        let ty = st.file_type();
                         stat = Some(st);
                         ty
                     }
@@ -787,12 +798,12 @@ impl Shared<'_> {
             }
             let st = match stat {
                 Some(st) => st,
-                None => match rustix::fs::statat(&*fd, cname, nofollow) {
+                None => match crate::sys::lstat_at(&*fd, cname) {
                     Ok(st) => st,
                     Err(_) => continue,
                 },
             };
-            let symlink = match FileType::from_raw_mode(st.st_mode as _) {
+            let symlink = match st.file_type() {
                 FileType::RegularFile => false,
                 FileType::Symlink => true,
                 // Replaced by a directory or something else since the listing.
@@ -823,10 +834,10 @@ impl Shared<'_> {
         let fd = Arc::new(fd);
         for i in k.file_indexes() {
             let f = known.entries.key(i as usize);
-            let Ok(st) = rustix::fs::statat(&*fd, &f[base..], AtFlags::SYMLINK_NOFOLLOW) else {
+            let Ok(st) = crate::sys::lstat_at(&*fd, &f[base..]) else {
                 continue;
             };
-            let symlink = match FileType::from_raw_mode(st.st_mode as _) {
+            let symlink = match st.file_type() {
                 FileType::RegularFile => false,
                 FileType::Symlink => true,
                 _ => continue,
@@ -950,11 +961,11 @@ fn git_commondir(dir: &Path) -> Option<PathBuf> {
 
 // `Stat`'s field types differ between architectures.
 #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-fn dir_stat(st: &rustix::fs::Stat) -> DirStat {
+fn dir_stat(st: &crate::sys::Stat) -> DirStat {
     DirStat {
-        ino: st.st_ino as u64,
-        mtime_ns: (st.st_mtime as i64) * 1_000_000_000 + st.st_mtime_nsec as i64,
-        ctime_ns: (st.st_ctime as i64) * 1_000_000_000 + st.st_ctime_nsec as i64,
+        ino: st.ino,
+        mtime_ns: st.mtime_ns(),
+        ctime_ns: st.ctime_ns(),
         flags: 0,
         rules: 0,
     }
@@ -962,14 +973,14 @@ fn dir_stat(st: &rustix::fs::Stat) -> DirStat {
 
 // `Stat`'s field types differ between architectures.
 #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-fn entry_of(st: &rustix::fs::Stat, symlink: bool) -> Entry {
+fn entry_of(st: &crate::sys::Stat, symlink: bool) -> Entry {
     Entry {
         symlink,
-        mode: (st.st_mode as u32) & 0o777,
-        size: st.st_size as u64,
-        mtime_ns: (st.st_mtime as i64) * 1_000_000_000 + st.st_mtime_nsec as i64,
-        ctime_ns: (st.st_ctime as i64) * 1_000_000_000 + st.st_ctime_nsec as i64,
-        ino: st.st_ino as u64,
+        mode: st.mode & 0o777,
+        size: st.size,
+        mtime_ns: st.mtime_ns(),
+        ctime_ns: st.ctime_ns(),
+        ino: st.ino,
         hash: None,
         git_oid: None,
     }

@@ -101,6 +101,16 @@ impl TestEnv {
     }
 }
 
+/// Makes a FIFO at `p` (POSIX `mkfifo(1)`: rustix's `mknodat` is not on
+/// every platform).
+pub fn mkfifo(p: &Path) {
+    let ok = Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mkfifo {}", p.display());
+}
+
 pub fn run(o: Output) -> Run {
     Run {
         code: o.status.code().unwrap_or(-1),
