@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::fs_util::{EntryKind, FsError};
 use crate::hash::ContentHash;
-use crate::patch::{self, Side};
+use crate::patch::{self, Binary, Side};
 use crate::paths::RelPath;
 use crate::record::{
     Body, CallStatus, Compensation, Draft, FilePatch, Idempotency, PatchOp, PatchSource,
@@ -102,6 +102,9 @@ pub fn snapshot(ws: &Workspace, rel: &RelPath) -> Result<FileState, WorkspaceErr
 
 /// Builds the `file_patch` draft (and writes its diff artifact) for one path
 /// whose state went from `before` to `after`. Returns `None` when nothing changed.
+/// A binary file, or one with a side above `diff_max` bytes, gets git's
+/// summary in its artifact ([`patch::Binary::Summary`]).
+#[allow(clippy::too_many_arguments)]
 pub fn patch_for(
     ws: &Workspace,
     call: &str,
@@ -110,13 +113,23 @@ pub fn patch_for(
     before: &FileState,
     after: &FileState,
     source: PatchSource,
+    diff_max: u64,
 ) -> Result<Option<(Draft, FilePatch)>, WorkspaceError> {
-    patch_record(ws, call, session, rel, (before, after), source, true)
+    patch_record(
+        ws,
+        call,
+        session,
+        rel,
+        (before, after),
+        source,
+        Some(diff_max),
+    )
 }
 
-/// [`patch_for`]; with `artifact` false no diff is written and `patch_ref`
+/// [`patch_for`]; with `artifact` `None` no diff is written and `patch_ref`
 /// is `None` (ckpt's own rollback writes: both sides are blobs, and
-/// [`patch_diff`] renders the diff when someone asks for it).
+/// [`patch_diff`] renders the diff when someone asks for it); `Some(max)`
+/// is `patch_for`'s `diff_max`.
 pub fn patch_record(
     ws: &Workspace,
     call: &str,
@@ -124,7 +137,7 @@ pub fn patch_record(
     rel: &RelPath,
     (before, after): (&FileState, &FileState),
     source: PatchSource,
-    artifact: bool,
+    artifact: Option<u64>,
 ) -> Result<Option<(Draft, FilePatch)>, WorkspaceError> {
     if before == after {
         return Ok(None);
@@ -159,7 +172,7 @@ pub fn patch_record(
     let (bm, am) = (before.mode_string(), after.mode_string());
     let id = ws.clock().new_id("p_");
     let (before_git, after_git) = (git_held(ws, before), git_held(ws, after));
-    let patch_ref = if artifact {
+    let patch_ref = if let Some(max) = artifact {
         let diff = diff_of(
             rel,
             Side {
@@ -172,6 +185,8 @@ pub fn patch_record(
                 mode: am.as_deref(),
                 git_id: after_git,
             },
+            Binary::Summary,
+            max,
         );
         Some(write_patch_artifact(ws, &id, &diff)?)
     } else {
@@ -268,19 +283,29 @@ fn rename_diff(from: &RelPath, to: &RelPath, m1: Option<&str>, m2: Option<&str>)
     .into_bytes()
 }
 
-/// What patch `p`'s diff artifact must hold: the diff ckpt writes for its
-/// recorded before and after (contents from the store, modes, git ids), so
-/// `verify` can tell an artifact that was replaced (issue 21 item 6).
-pub fn expected_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceError> {
-    match (&p.op, &p.from_path) {
-        (PatchOp::Rename, Some(from)) => Ok(rename_diff(
-            from,
-            &p.path,
-            p.before_mode.as_deref(),
-            p.after_mode.as_deref(),
-        )),
-        _ => recorded_diff(ws, p, true),
+/// Whether `have`, patch `p`'s diff artifact, is one that ckpt writes for
+/// its recorded before and after (contents from the store, modes, git ids),
+/// so `verify` can tell an artifact that was replaced (issue 21 item 6).
+/// Two forms are ckpt's: git's summary (binary files, and files above
+/// `diff_max_bytes` when the patch was recorded, a setting that may have
+/// changed since), and the whole diff (text; binary files recorded before
+/// summaries existed hold a literal binary patch).
+pub fn artifact_is_sound(
+    ws: &Workspace,
+    p: &FilePatch,
+    have: &[u8],
+) -> Result<bool, WorkspaceError> {
+    if let (PatchOp::Rename, Some(from)) = (&p.op, &p.from_path) {
+        return Ok(have
+            == rename_diff(
+                from,
+                &p.path,
+                p.before_mode.as_deref(),
+                p.after_mode.as_deref(),
+            ));
     }
+    Ok(have == recorded_diff(ws, p, true, Binary::Summary, 0)?
+        || have == recorded_diff(ws, p, true, Binary::Literal, u64::MAX)?)
 }
 
 /// Writes `artifacts/patches/<id>.diff` (durable before the next record);
@@ -340,6 +365,10 @@ pub struct CallOptions {
     pub side_effects: Vec<String>,
     /// A registered compensation.
     pub compensation: Option<Compensation>,
+    /// Files with a side above this get git's one-line summary in their
+    /// patch artifact instead of a diff (`None`: the default,
+    /// [`patch::DEFAULT_DIFF_MAX_BYTES`]; config `diff_max_bytes`).
+    pub diff_max_bytes: Option<u64>,
 }
 
 /// What a finished call recorded.
@@ -359,6 +388,7 @@ pub struct CallHandle<'w> {
     session: Option<String>,
     tool: String,
     before: BTreeMap<RelPath, FileState>,
+    diff_max: u64,
 }
 
 impl Workspace {
@@ -375,6 +405,7 @@ impl Workspace {
             replay_policy,
             side_effects,
             compensation,
+            diff_max_bytes,
         } = opts;
         let id = call.unwrap_or_else(|| self.clock().new_id("call_"));
         let mut before = BTreeMap::new();
@@ -414,6 +445,7 @@ impl Workspace {
             session,
             tool,
             before,
+            diff_max: diff_max_bytes.unwrap_or(patch::DEFAULT_DIFF_MAX_BYTES),
         })
     }
 }
@@ -482,6 +514,7 @@ impl CallHandle<'_> {
                 before,
                 &after,
                 PatchSource::EditTool,
+                self.diff_max,
             )? {
                 drafts.push(d);
                 patches.push(p);
@@ -505,12 +538,22 @@ impl CallHandle<'_> {
 }
 
 /// A patch's unified diff: its artifact, or for a patch recorded without
-/// one (a rollback's write) rendered from its before and after blobs.
-pub fn patch_diff(ws: &Workspace, p: &FilePatch) -> Result<Vec<u8>, WorkspaceError> {
+/// one (a rollback's write) rendered from its before and after blobs, binary
+/// and large files summarised. With [`Binary::Literal`] (`--binary`), the
+/// whole diff from the blobs, binary files as literal patches.
+pub fn patch_diff(
+    ws: &Workspace,
+    p: &FilePatch,
+    binary: Binary,
+) -> Result<Vec<u8>, WorkspaceError> {
+    let renamed = matches!((&p.op, &p.from_path), (PatchOp::Rename, Some(_)));
+    if binary == Binary::Literal && !renamed {
+        return recorded_diff(ws, p, true, Binary::Literal, u64::MAX);
+    }
     if p.patch_ref.is_some() {
         return read_patch_artifact(ws, &p.patch);
     }
-    recorded_diff(ws, p, false)
+    recorded_diff(ws, p, false, Binary::Summary, patch::DEFAULT_DIFF_MAX_BYTES)
 }
 
 /// The diff of patch `p`'s recorded before and after contents (from the
@@ -519,6 +562,8 @@ fn recorded_diff(
     ws: &Workspace,
     p: &FilePatch,
     with_git_ids: bool,
+    binary: Binary,
+    max: u64,
 ) -> Result<Vec<u8>, WorkspaceError> {
     let load = |h: Option<crate::hash::ContentHash>| -> Result<Option<Vec<u8>>, WorkspaceError> {
         h.map(|h| ws.blobs().get(&h))
@@ -543,12 +588,14 @@ fn recorded_diff(
             mode: p.after_mode.as_deref(),
             git_id: git(&p.after_git),
         },
+        binary,
+        max,
     ))
 }
 
-/// The unified diff of `rel` from `(bytes, mode)` before to after.
-fn diff_of(rel: &RelPath, before: Side<'_>, after: Side<'_>) -> Vec<u8> {
-    patch::unified_diff(rel.as_bytes(), before, after)
+/// The diff of `rel` from `(bytes, mode)` before to after ([`patch::diff`]).
+fn diff_of(rel: &RelPath, before: Side<'_>, after: Side<'_>, binary: Binary, max: u64) -> Vec<u8> {
+    patch::diff(rel.as_bytes(), before, after, binary, max)
 }
 
 /// Reads a patch's diff artifact. The id must be a plain id (letters, digits,

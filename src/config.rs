@@ -49,6 +49,7 @@ struct RawConfig {
     ignore: Option<Vec<String>>,
     max_blob_bytes: Option<u64>,
     merge_max_bytes: Option<u64>,
+    diff_max_bytes: Option<u64>,
     max_snapshot_files: Option<u64>,
     tools: Option<Vec<ToolRule>>,
 }
@@ -64,6 +65,10 @@ pub struct Config {
     pub max_blob_bytes: u64,
     /// Text merges are skipped above this size.
     pub merge_max_bytes: u64,
+    /// A file with a side above this size gets git's one-line summary in its
+    /// patch artifact, as binary files do, not a diff (its bytes are in the
+    /// blob store either way).
+    pub diff_max_bytes: u64,
     /// A shell call's workspace walk stops above this many entries.
     pub max_snapshot_files: u64,
     /// The tool catalog, first match wins.
@@ -111,6 +116,7 @@ impl Config {
             ignore: None,
             max_blob_bytes: None,
             merge_max_bytes: None,
+            diff_max_bytes: None,
             max_snapshot_files: None,
             tools: None,
         });
@@ -125,6 +131,10 @@ impl Config {
                 .merge_max_bytes
                 .or(d.merge_max_bytes)
                 .unwrap_or(16 << 20),
+            diff_max_bytes: raw
+                .diff_max_bytes
+                .or(d.diff_max_bytes)
+                .unwrap_or(crate::patch::DEFAULT_DIFF_MAX_BYTES),
             max_snapshot_files: raw
                 .max_snapshot_files
                 .or(d.max_snapshot_files)

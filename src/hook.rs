@@ -737,6 +737,7 @@ fn post_with(
             &b,
             &after,
             PatchSource::EditTool,
+            cfg.diff_max_bytes,
         )? {
             drafts.push(d);
             patches += 1;
@@ -808,7 +809,7 @@ fn post_with(
                 // Diffs and artifacts, on two threads when there are many.
                 let made = crate::par::map(&mine, |ch| match &ch.from {
                     Some(from) => call::rename_patch(ws, &call, session.as_deref(), (from, &ch.path), &ch.before, &ch.after, PatchSource::Shell).map(Some),
-                    None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell),
+                    None => call::patch_for(ws, &call, session.as_deref(), &ch.path, &ch.before, &ch.after, PatchSource::Shell, cfg.diff_max_bytes),
                 });
                 drop(kept);
                 crate::timing("post: patches written");

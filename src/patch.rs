@@ -2,6 +2,12 @@
 //! `git apply` accepts: a `diff --git` header, mode lines, and hunks computed on
 //! lines split at `\n` only (a bare `\r` stays inside its line, so CRLF files and
 //! stray carriage returns produce valid patches; DEPENDENCIES.md gotcha 3).
+//!
+//! A binary file, or one with a side above `diff_max_bytes`, gets git's
+//! summary instead ([`Binary::Summary`]): its bytes are already in the blob
+//! store, and a base85 copy of both sides would more than double what the
+//! change costs on disk. `--binary` renders the literal patch from the
+//! blobs when someone asks for it.
 
 use similar::TextDiff;
 
@@ -47,8 +53,40 @@ pub fn quote_path(prefix: &str, path: &[u8]) -> String {
     s
 }
 
-/// Builds a git-apply-compatible diff of `path` from `before` to `after`.
+/// The default of `diff_max_bytes`: a file with a side above it gets git's
+/// one-line summary in its patch artifact, not a diff.
+pub const DEFAULT_DIFF_MAX_BYTES: u64 = 8 << 20;
+
+/// How a diff shows a file that is binary (or above its size limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    /// git's summary, `Binary files a/x and b/x differ` under the full
+    /// `index` line, as `git diff --full-index` prints it: the bytes are in
+    /// the blob store, named by the record's hashes. What patch artifacts
+    /// and `ckpt diff` hold for binary and large files.
+    Summary,
+    /// A `GIT binary patch` with both contents, as `git diff --binary`
+    /// prints it (`git apply` can apply it).
+    Literal,
+}
+
+/// Builds a git-apply-compatible diff of `path` from `before` to `after`,
+/// binary files as literal patches (`git diff --full-index --binary`).
 pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
+    diff(path, before, after, Binary::Literal, u64::MAX)
+}
+
+/// Builds the diff of `path` from `before` to `after`: text as a unified
+/// diff, binary files as `binary` says, and with [`Binary::Summary`] also a
+/// file with a side above `max_bytes` (a diff of it could cost more than the
+/// bytes themselves; the blob store keeps them).
+pub fn diff(
+    path: &[u8],
+    before: Side<'_>,
+    after: Side<'_>,
+    binary: Binary,
+    max_bytes: u64,
+) -> Vec<u8> {
     let a = quote_path("a/", path);
     let b = quote_path("b/", path);
     let mut out = Vec::new();
@@ -73,6 +111,22 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     if old == new {
         return out;
     }
+    let from = if before.bytes.is_some() {
+        a
+    } else {
+        "/dev/null".to_string()
+    };
+    let to = if after.bytes.is_some() {
+        b
+    } else {
+        "/dev/null".to_string()
+    };
+    let large = old.len() as u64 > max_bytes || new.len() as u64 > max_bytes;
+    if binary == Binary::Summary && (large || is_binary(old) || is_binary(new)) {
+        out.extend_from_slice(index_line(before, after).as_bytes());
+        out.extend_from_slice(format!("Binary files {from} and {to} differ\n").as_bytes());
+        return out;
+    }
     if is_binary(old) || is_binary(new) {
         binary_patch(&mut out, before, after);
         return out;
@@ -85,16 +139,6 @@ pub fn unified_diff(path: &[u8], before: Side<'_>, after: Side<'_>) -> Vec<u8> {
     let diff = TextDiff::configure()
         .newline_terminated(true)
         .diff_slices(&old_lines, &new_lines);
-    let from = if before.bytes.is_some() {
-        a
-    } else {
-        "/dev/null".to_string()
-    };
-    let to = if after.bytes.is_some() {
-        b
-    } else {
-        "/dev/null".to_string()
-    };
     let mut udiff = diff.unified_diff();
     udiff.context_radius(3).header(&from, &to);
     // Writing into a Vec cannot fail.

@@ -397,7 +397,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
                     ws,
                     ci,
                     &mut v,
-                    &mut drafts,
+                    (&mut drafts, cfg.diff_max_bytes),
                     &open_conflicts,
                     &mut new_conflicts,
                 )?;
@@ -596,7 +596,7 @@ fn check_uncertain(
     ws: &Workspace,
     ci: &CallInfo<'_>,
     v: &mut CallVerdict,
-    drafts: &mut Vec<Draft>,
+    (drafts, diff_max): (&mut Vec<Draft>, u64),
     open_conflicts: &[ConflictRecord],
     new_conflicts: &mut Vec<ConflictRecord>,
 ) -> Result<(), WorkspaceError> {
@@ -651,6 +651,7 @@ fn check_uncertain(
                     &before_state,
                     &now,
                     PatchSource::EditTool,
+                    diff_max,
                 )? {
                     patch_drafts.push(d);
                 }

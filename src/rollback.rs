@@ -2164,7 +2164,7 @@ fn prepare_chunk(
                 &f.path,
                 (&before, &after),
                 PatchSource::Rollback,
-                false,
+                None,
             )?
             .map(|(d, _)| d),
             Err(_) => None,

@@ -232,33 +232,18 @@ pub fn git_apply_reproduces(
         return;
     }
     let path = patch["path"].as_str().unwrap();
-    let diff = std::fs::read(env.rt().join(patch["patch_ref"].as_str().unwrap())).unwrap();
-    let scratch = env
-        .dir
-        .path()
-        .join(format!("apply-{}", patch["patch"].as_str().unwrap()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    if let Some(b) = before {
-        let p = scratch.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, b).unwrap();
+    let mut diff = std::fs::read(env.rt().join(patch["patch_ref"].as_str().unwrap())).unwrap();
+    if patch["binary"] == true {
+        // A binary file's artifact is git's summary (the bytes are in the
+        // blob store); `ckpt show --binary` renders the patch git applies.
+        let text = String::from_utf8_lossy(&diff);
+        assert!(text.contains("\nBinary files "), "{what}: {text}");
+        let id = patch["patch"].as_str().unwrap();
+        let r = env.ckpt(&["show", id, "--binary", "--json"]);
+        diff = r.json()["diffs"][id].as_str().unwrap().as_bytes().to_vec();
+        assert!(String::from_utf8_lossy(&diff).contains("GIT binary patch"));
     }
-    let diff_file = env.dir.path().join("p.diff");
-    std::fs::write(&diff_file, &diff).unwrap();
-    let out = std::process::Command::new("git")
-        .args(["apply", "--whitespace=nowarn", diff_file.to_str().unwrap()])
-        .current_dir(&scratch)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", &env.home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{what}: git apply failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&diff)
-    );
-    let got = std::fs::read(scratch.join(path)).ok();
+    let got = crate::common::git_apply(env, &diff, path, before.map(str::as_bytes), what);
     assert_eq!(
         got.as_deref(),
         after.map(str::as_bytes),

@@ -28,6 +28,7 @@ mod scenario;
 mod secrets;
 mod session;
 mod shell;
+mod storage;
 
 #[test]
 fn every_test_file_is_listed() {

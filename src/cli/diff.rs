@@ -5,7 +5,7 @@
 //! their agent part cannot be told from the other edits in them.
 
 use ckpt::config::Config;
-use ckpt::patch::{Side, unified_diff};
+use ckpt::patch::{Binary, Side};
 use ckpt::rollback::{self, FileResult, Selector};
 
 use super::error::{CommandError, ERROR, OK};
@@ -20,6 +20,11 @@ pub struct Args {
     /// Only what `ckpt rollback --call C` would take out
     #[arg(long, value_name = "C")]
     call: Option<String>,
+    /// Print binary files' changes as whole patches (`GIT binary patch`,
+    /// which `git apply` takes), and files above `diff_max_bytes` in full,
+    /// not git's one-line summary
+    #[arg(long)]
+    binary: bool,
 }
 
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
@@ -62,7 +67,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             },
             None => None,
         };
-        let d = unified_diff(
+        let (binary, max) = match args.binary {
+            true => (Binary::Literal, u64::MAX),
+            false => (Binary::Summary, cfg.diff_max_bytes),
+        };
+        let d = ckpt::patch::diff(
             f.path.as_bytes(),
             Side {
                 bytes: then.as_deref(),
@@ -74,6 +83,8 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
                 mode: f.from.mode.as_deref(),
                 git_id: None,
             },
+            binary,
+            max,
         );
         out.extend_from_slice(&d);
         files.push(serde_json::json!({"path": f.path, "rollback": f.result.as_str()}));

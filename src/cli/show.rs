@@ -8,6 +8,11 @@ use super::{Ctx, Ui};
 pub struct Args {
     /// A checkpoint, call, patch, action or conflict id
     id: String,
+    /// Print binary and large files' changes as whole patches (`GIT binary
+    /// patch`, as `git diff --binary`), rendered from the stored contents,
+    /// not git's one-line summary
+    #[arg(long)]
+    binary: bool,
 }
 
 fn matches(rec: &ckpt::Record, id: &str) -> bool {
@@ -58,7 +63,12 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let mut diffs: Vec<(String, Vec<u8>)> = Vec::new();
     for (_, r) in &found {
         if let Body::FilePatch(p) = &r.body {
-            let d = ckpt::call::patch_diff(&ws, p)
+            let binary = if args.binary {
+                ckpt::patch::Binary::Literal
+            } else {
+                ckpt::patch::Binary::Summary
+            };
+            let d = ckpt::call::patch_diff(&ws, p, binary)
                 .unwrap_or_else(|e| format!("(patch artifact unavailable: {e})\n").into_bytes());
             diffs.push((p.patch.clone(), d));
         }

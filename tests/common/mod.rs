@@ -111,6 +111,39 @@ pub fn mkfifo(p: &Path) {
     assert!(ok, "mkfifo {}", p.display());
 }
 
+/// `git apply`s `diff` in a scratch directory holding `before` at `path`
+/// (its parents made); returns what `path` holds after (`None`: absent).
+pub fn git_apply(
+    env: &TestEnv,
+    diff: &[u8],
+    path: &str,
+    before: Option<&[u8]>,
+    what: &str,
+) -> Option<Vec<u8>> {
+    let scratch = tempfile::tempdir().unwrap();
+    if let Some(b) = before {
+        let p = scratch.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b).unwrap();
+    }
+    let diff_file = env.dir.path().join("p.diff");
+    std::fs::write(&diff_file, diff).unwrap();
+    let out = Command::new("git")
+        .args(["apply", "--whitespace=nowarn", diff_file.to_str().unwrap()])
+        .current_dir(scratch.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: git apply failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(diff)
+    );
+    std::fs::read(scratch.path().join(path)).ok()
+}
+
 pub fn run(o: Output) -> Run {
     Run {
         code: o.status.code().unwrap_or(-1),
