@@ -48,6 +48,7 @@ struct RawConfig {
     on_record_failure: Option<OnRecordFailure>,
     ignore: Option<Vec<String>>,
     max_blob_bytes: Option<u64>,
+    first_use_max_bytes: Option<u64>,
     merge_max_bytes: Option<u64>,
     diff_max_bytes: Option<u64>,
     max_snapshot_files: Option<u64>,
@@ -63,6 +64,11 @@ pub struct Config {
     pub ignore: Vec<String>,
     /// Files above this size are not stored.
     pub max_blob_bytes: u64,
+    /// At first use (the first walk of a workspace, or one whose snapshot
+    /// cache was lost), files above this size that git does not hold are not
+    /// copied: they are listed as unprotected by `ckpt status`, and a shell
+    /// call's change to one is recorded as not undoable.
+    pub first_use_max_bytes: u64,
     /// Text merges are skipped above this size.
     pub merge_max_bytes: u64,
     /// A file with a side above this size gets git's one-line summary in its
@@ -115,6 +121,7 @@ impl Config {
             on_record_failure: None,
             ignore: None,
             max_blob_bytes: None,
+            first_use_max_bytes: None,
             merge_max_bytes: None,
             diff_max_bytes: None,
             max_snapshot_files: None,
@@ -127,6 +134,10 @@ impl Config {
                 .unwrap_or_default(),
             ignore: raw.ignore.or(d.ignore).unwrap_or_default(),
             max_blob_bytes: raw.max_blob_bytes.or(d.max_blob_bytes).unwrap_or(1 << 30),
+            first_use_max_bytes: raw
+                .first_use_max_bytes
+                .or(d.first_use_max_bytes)
+                .unwrap_or(16 << 20),
             merge_max_bytes: raw
                 .merge_max_bytes
                 .or(d.merge_max_bytes)

@@ -775,14 +775,18 @@ fn post_with(
                     warnings.push(format!(
                         "`{}` changed, but its content before or after the call could not be stored ({}): not recorded, and a rollback will not touch it",
                         u.path,
-                        if u.reason == "too_large" {
-                            format!(
+                        match u.reason.as_str() {
+                            "too_large" => format!(
                                 "{} bytes, above max_blob_bytes = {}",
                                 u.size.unwrap_or(0),
                                 cfg.max_blob_bytes
-                            )
-                        } else {
-                            "unreadable, or a damaged git object".to_string()
+                            ),
+                            "not_copied_at_first_use" => format!(
+                                "{} bytes: not copied at first use, above first_use_max_bytes = {}",
+                                u.size.unwrap_or(0),
+                                cfg.first_use_max_bytes
+                            ),
+                            _ => "unreadable, or a damaged git object".to_string(),
                         }
                     ));
                 }

@@ -302,7 +302,9 @@ impl ToolCall {
 pub struct Unrecorded {
     /// The path.
     pub path: RelPath,
-    /// `too_large` (above `max_blob_bytes`) or `unreadable`.
+    /// `too_large` (above `max_blob_bytes`), `not_copied_at_first_use`
+    /// (above `first_use_max_bytes` when ckpt first saw it: no before
+    /// content), or `unreadable`.
     pub reason: String,
     /// The larger of its sizes before and after, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]

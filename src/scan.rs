@@ -753,6 +753,12 @@ fn fresh(
     // Entries whose stat data moved (or is racy): looked up in git's index,
     // else read and stored.
     let mut pending: Vec<usize> = Vec::new();
+    // At first use, big files git does not hold are not copied
+    // (`first_use_max_bytes`): `ckpt status` lists them as unprotected.
+    let store_max = match old {
+        None => cfg.max_blob_bytes.min(cfg.first_use_max_bytes),
+        Some(_) => cfg.max_blob_bytes,
+    };
     // Same stat data, but changed too close to the snapshot for stat data to
     // prove the content: checked against the identity it had.
     let mut racy: Vec<usize> = Vec::new();
@@ -827,7 +833,7 @@ fn fresh(
                 to_check.push(i);
             }
             // (Too big to read here: no identity, like any file too big to store.)
-        } else if e.size <= cfg.max_blob_bytes {
+        } else if e.size <= store_max {
             store_later(i, key, &mut dropped);
         }
     }
@@ -988,6 +994,44 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
         keep_clean(ws, &save(&dir, "snapshot.bin", &snap)?)?;
     }
     Ok(snap)
+}
+
+/// Why ckpt holds no copy of a file of `size` bytes the walk found:
+/// `too_large` (above `max_blob_bytes`), `not_copied_at_first_use` (above
+/// `first_use_max_bytes` when ckpt first saw it), or `unreadable` (or a
+/// damaged git object).
+fn unprotected_reason(cfg: &Config, size: u64) -> &'static str {
+    if size > cfg.max_blob_bytes {
+        "too_large"
+    } else if size > cfg.max_blob_bytes.min(cfg.first_use_max_bytes) {
+        "not_copied_at_first_use"
+    } else {
+        "unreadable"
+    }
+}
+
+/// The files of the last walk that ckpt holds no copy of (neither stored
+/// nor in git's objects), with why: a shell call that changes one cannot be
+/// undone. Empty before the first shell call (nothing walked yet: files an
+/// edit tool names are stored when it names them).
+pub fn unprotected(ws: &Workspace, cfg: &Config) -> Vec<crate::record::Unrecorded> {
+    let Some(s) = index_dir(ws)
+        .ok()
+        .and_then(|dir| load(&dir, "snapshot.bin"))
+    else {
+        return Vec::new();
+    };
+    s.entries
+        .iter()
+        .filter(|(_, e)| e.hash.is_none() && e.git_oid.is_none())
+        .filter_map(|(k, e)| {
+            Some(crate::record::Unrecorded {
+                path: RelPath::from_ledger(k).ok()?,
+                reason: unprotected_reason(cfg, e.size).into(),
+                size: Some(e.size),
+            })
+        })
+        .collect()
 }
 
 /// Loads a call's pre snapshot. It stays until [`forget_call`] (after the
@@ -1198,16 +1242,19 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
     });
     let mut unknown = Vec::new();
     for ((rel, b, a), st) in differ.into_iter().zip(states) {
-        let (Some(before), Some(after)) = st? else {
+        let st = st?;
+        let (Some(before), Some(after)) = st.clone() else {
             let size = b.iter().chain(a.iter()).map(|e| e.size).max();
+            let reason = match (&st.0, &b) {
+                // No before content: never copied (too big when ckpt first
+                // saw it, or above max_blob_bytes), or unreadable.
+                (None, Some(b)) => unprotected_reason(cfg, b.size),
+                _ if size.is_some_and(|n| n > cfg.max_blob_bytes) => "too_large",
+                _ => "unreadable",
+            };
             unknown.push(crate::record::Unrecorded {
                 path: rel,
-                reason: if size.is_some_and(|n| n > cfg.max_blob_bytes) {
-                    "too_large"
-                } else {
-                    "unreadable"
-                }
-                .into(),
+                reason: reason.into(),
                 size,
             });
             continue;

@@ -8,14 +8,20 @@ use std::path::Path;
 
 use crate::common::{TestEnv, git_apply};
 
-/// The `file_patch` records of the ledger, in order.
-fn patches(env: &TestEnv) -> Vec<serde_json::Value> {
+/// The ledger's records, in order.
+fn records(env: &TestEnv) -> Vec<serde_json::Value> {
     std::fs::read_to_string(env.ledger_path())
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| r["kind"] == "file_patch")
         .collect()
+}
+
+/// The `file_patch` records of the ledger, in order.
+fn patches(env: &TestEnv) -> Vec<serde_json::Value> {
+    let mut all = records(env);
+    all.retain(|r| r["kind"] == "file_patch");
+    all
 }
 
 fn artifact(env: &TestEnv, p: &serde_json::Value) -> Vec<u8> {
@@ -169,5 +175,89 @@ fn verify_accepts_an_older_literal_binary_artifact_and_refuses_any_other_change(
         v.stdout.contains("patch artifact does not hold the diff"),
         "{}",
         v.stdout
+    );
+}
+
+#[test]
+fn big_untracked_files_are_not_copied_at_first_use_and_status_says_so() {
+    let env = TestEnv::new();
+    crate::common::git(&env, &["init", "-q"]);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8 + 1).collect();
+    let committed: Vec<u8> = big.iter().rev().copied().collect();
+    env.write("big.dat", &big);
+    env.write("committed.dat", &committed);
+    env.write("small.txt", b"small\n");
+    crate::common::git(&env, &["add", "committed.dat"]);
+    crate::common::git(&env, &["commit", "-qm", "c"]);
+    assert_eq!(env.ckpt(&["init"]).code, 0);
+    let cfg = env.rt().join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("\nfirst_use_max_bytes = 16777216\n"));
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "\nfirst_use_max_bytes = 16777216\n",
+            "\nfirst_use_max_bytes = 100000\n",
+        ),
+    )
+    .unwrap();
+    // First use: the small file is copied, the big untracked one is not,
+    // the committed one needs no copy (git holds it).
+    exec(&env, "true");
+    let blobs = du(&env.rt().join("artifacts/blobs"));
+    assert!(
+        blobs < 100_000,
+        "the 300 KB file was copied: {blobs} bytes of blobs"
+    );
+    let st = env.ckpt(&["status", "--json"]);
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let un = st.json()["unprotected"].clone();
+    assert_eq!(
+        un,
+        serde_json::json!([{"path": "big.dat", "reason": "not_copied_at_first_use", "size": 300000}]),
+        "{un:#}"
+    );
+    let human = env.ckpt(&["status"]);
+    assert!(
+        human.stdout.contains("not protected (1 file") && human.stdout.contains("big.dat"),
+        "{}",
+        human.stdout
+    );
+    // A shell call changes it: recorded as not undoable, said at once.
+    let r = env.ckpt(&["exec", "--", "sh", "-c", "printf x >> big.dat"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("not copied at first use"), "{}", r.stderr);
+    let end = records(&env)
+        .into_iter()
+        .rev()
+        .find(|r| r["kind"] == "tool_call" && r["status"] == "succeeded")
+        .unwrap();
+    assert_eq!(
+        end["unrecorded"],
+        serde_json::json!([{"path": "big.dat", "reason": "not_copied_at_first_use", "size": 300001}]),
+        "{end:#}"
+    );
+    let rb = env.ckpt(&["rollback", "--call", end["call"].as_str().unwrap()]);
+    assert!(
+        rb.stdout.contains("not undone") && rb.stdout.contains("first_use_max_bytes"),
+        "{}{}",
+        rb.stdout,
+        rb.stderr
+    );
+    let mut now = big.clone();
+    now.push(b'x');
+    assert_eq!(
+        std::fs::read(env.ws.join("big.dat")).unwrap(),
+        now,
+        "left as it is"
+    );
+    // What the call left is stored (it changed after first use): from here
+    // on the file is protected.
+    let st = env.ckpt(&["status", "--json"]);
+    assert_eq!(
+        st.json()["unprotected"],
+        serde_json::json!([]),
+        "{}",
+        st.stdout
     );
 }

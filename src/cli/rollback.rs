@@ -147,6 +147,10 @@ fn render_unrecorded(ui: &mut Ui, report: &RollbackReport) -> Result<(), Command
         let why = match (u.reason.as_str(), u.size) {
             ("too_large", Some(n)) => format!("{n} bytes, too large to store (max_blob_bytes)"),
             ("too_large", None) => "too large to store (max_blob_bytes)".to_string(),
+            ("not_copied_at_first_use", n) => format!(
+                "{}not copied when ckpt first saw it (first_use_max_bytes)",
+                n.map(|n| format!("{n} bytes, ")).unwrap_or_default()
+            ),
             _ => "its content could not be read".to_string(),
         };
         let line = format!(

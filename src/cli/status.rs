@@ -147,9 +147,12 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     for p in &hook_problems {
         super::ui::note(&format!("warning: {}; fix: {}", p.what, p.fix));
     }
+    // What ckpt holds no copy of: a shell call that changes it cannot be undone.
+    let unprotected = ckpt::scan::unprotected(&ws, &cfg);
     if ui.json {
         ui.json(&serde_json::json!({
             "hook_problems": hook_problems,
+            "unprotected": unprotected,
             "agent_files": agent_files,
             "user_edited": user_edited,
             "conflicts": open_conflicts,
@@ -185,6 +188,33 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
                 "  {}  {path}  by {}{mark}",
                 f["status"].as_str().unwrap_or("?"),
                 calls.join(", ")
+            ))?;
+        }
+    }
+    if !unprotected.is_empty() {
+        ui.line(&format!(
+            "not protected ({} file{}: ckpt holds no copy, so a shell call that changes one cannot be undone):",
+            unprotected.len(),
+            if unprotected.len() == 1 { "" } else { "s" }
+        ))?;
+        for u in unprotected.iter().take(20) {
+            let why = match u.reason.as_str() {
+                "too_large" => "above max_blob_bytes",
+                "not_copied_at_first_use" => {
+                    "not copied at first use: above first_use_max_bytes; to protect it, raise that in .agent-runtime/config.toml and delete .agent-runtime/index/snapshot.bin (a cache): the next shell call copies it"
+                }
+                _ => "unreadable",
+            };
+            ui.line(&format!(
+                "  {}  ({} bytes, {why})",
+                u.path.display(),
+                u.size.unwrap_or(0)
+            ))?;
+        }
+        if unprotected.len() > 20 {
+            ui.line(&format!(
+                "  … and {} more (--json lists all)",
+                unprotected.len() - 20
             ))?;
         }
     }
