@@ -13,7 +13,6 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::{AtFlags, FileType};
@@ -97,8 +96,8 @@ pub struct BlobStore {
 /// stored blob.
 #[derive(Debug, Default)]
 struct GitBacked {
-    /// The workspace root (git is opened from there); `None`: no fallback.
-    root: Option<PathBuf>,
+    /// The workspace's repositories; `None`: no fallback.
+    repos: Option<Arc<crate::git::Repos>>,
     /// Noted by this process (before its records are written).
     noted: Mutex<HashMap<ContentHash, [u8; 20]>>,
     /// Read from the ledger on the first miss.
@@ -147,11 +146,11 @@ impl BlobStore {
         }
     }
 
-    /// Lets readers fall back on the git repository the workspace at `root`
-    /// lies in for contents the ledger says git holds ([`GitBacked`]).
-    pub fn with_git_root(mut self, root: PathBuf) -> BlobStore {
+    /// Lets readers fall back on the git repository the workspace lies in
+    /// for contents the ledger says git holds ([`GitBacked`]).
+    pub fn with_git(mut self, repos: Arc<crate::git::Repos>) -> BlobStore {
         self.git = Arc::new(GitBacked {
-            root: Some(root),
+            repos: Some(repos),
             ..GitBacked::default()
         });
         self
@@ -182,7 +181,7 @@ impl BlobStore {
     /// The git blob that holds `h`, as noted by this process or recorded in
     /// the ledger (read once, on the first call).
     fn git_oid(&self, h: &ContentHash) -> Option<[u8; 20]> {
-        self.git.root.as_ref()?;
+        self.git.repos.as_ref()?;
         if let Some(oid) = self.git_noted(h) {
             return Some(oid);
         }
@@ -196,10 +195,10 @@ impl BlobStore {
     /// `h`'s bytes from git, checked against `h`; `Missing` when no record
     /// says git holds them.
     fn read_from_git(&self, h: &ContentHash) -> Result<Vec<u8>, BlobError> {
-        let (Some(oid), Some(root)) = (self.git_oid(h), self.git.root.as_ref()) else {
+        let (Some(oid), Some(repos)) = (self.git_oid(h), self.git.repos.as_ref()) else {
             return Err(BlobError::Missing(*h));
         };
-        let Some(bytes) = crate::git::read_blob(root, &oid) else {
+        let Some(bytes) = repos.read_blob(&oid) else {
             return Err(BlobError::GitMissing(*h, crate::hash::hex(&oid)));
         };
         if ContentHash::of(&bytes) != *h {
@@ -322,8 +321,8 @@ impl BlobStore {
     /// True when git's object database holds `h` for ckpt ([`GitBacked`]).
     fn in_git(&self, h: &ContentHash) -> bool {
         self.git_oid(h)
-            .zip(self.git.root.as_ref())
-            .is_some_and(|(oid, root)| crate::git::has_blob(root, &oid))
+            .zip(self.git.repos.as_ref())
+            .is_some_and(|(oid, repos)| repos.has_blob(&oid))
     }
 
     /// True when `h` (whose bytes are `data`, when known) is held soundly,

@@ -434,16 +434,24 @@ fn submodule_repos(repo: &git2::Repository, out: &mut Vec<git2::Repository>, dep
     }
 }
 
-thread_local! {
-    // Opening a repository costs a few hundred microseconds; a shell post may
-    // read hundreds of blobs from the same one. The repository the workspace
-    // lies in first; its submodules are opened the first time a blob is not
-    // found there.
-    static REPOS: std::cell::RefCell<Option<RepoCache>> = const { std::cell::RefCell::new(None) };
+/// The git repositories of one workspace, opened on first use and kept
+/// while it is open: the repository the workspace lies in first, its
+/// submodules the first time a blob is not found there. Opening one costs a
+/// few hundred microseconds; a shell post may read hundreds of blobs. A
+/// pool, not one handle: threads reading blobs at once each take their own
+/// (a libgit2 repository is not shared between threads).
+pub struct Repos {
+    root: std::path::PathBuf,
+    pool: std::sync::Mutex<Vec<RepoCache>>,
+}
+
+impl std::fmt::Debug for Repos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repos").field("root", &self.root).finish()
+    }
 }
 
 struct RepoCache {
-    root: std::path::PathBuf,
     repos: Vec<git2::Repository>,
     /// The workspace's path inside the first repository (`""` or `dir/`).
     inner: Vec<u8>,
@@ -455,116 +463,128 @@ struct RepoCache {
     submodules_opened: bool,
 }
 
-/// How long a resolved HEAD is trusted by [`read_committed_blob`].
+/// How long a resolved HEAD is trusted by [`Repos::read_committed_blob`].
 const HEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Runs `f` on this thread's repositories of the workspace at `root` (the
-/// one it lies in first; opened once per thread and root).
-fn with_repos<T>(root: &Path, f: impl FnOnce(&mut RepoCache) -> Option<T>) -> Option<T> {
-    REPOS.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.as_ref().is_none_or(|c| c.root != root) {
+impl Repos {
+    /// The repositories of the workspace at `root` (nothing is opened yet).
+    pub fn new(root: &Path) -> Repos {
+        Repos {
+            root: root.to_path_buf(),
+            pool: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Runs `f` on a set of the workspace's repositories, taken from the
+    /// pool (or opened) and given back.
+    fn with<T>(&self, f: impl FnOnce(&mut RepoCache) -> Option<T>) -> Option<T> {
+        let taken = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut cache = taken.unwrap_or_else(|| {
             git2::opts::strict_hash_verification(false);
-            let (repos, inner) = match open_containing(root) {
+            let (repos, inner) = match open_containing(&self.root) {
                 Some((r, inner)) => (vec![r], inner),
                 None => (Vec::new(), Vec::new()),
             };
-            *slot = Some(RepoCache {
-                root: root.to_path_buf(),
+            RepoCache {
                 repos,
                 inner,
                 head_tree: None,
                 submodules_opened: false,
-            });
-        }
-        f(slot.as_mut()?)
-    })
-}
-
-/// Reads a blob from the object database of the repository the workspace at
-/// `root` lies in, or of a submodule checked out in it (never writes to
-/// them).
-///
-/// The bytes are checked against `oid` with the SHA-NI `sha1` crate rather
-/// than by libgit2's collision-detecting SHA1DC (~4× slower here; SHA1DC was
-/// ~10 % of the CPU of a shell post hook that read 100 blobs): this check
-/// guards against a damaged object, and the id came from the user's own
-/// index.
-pub fn read_blob(root: &Path, oid: &[u8; 20]) -> Option<Vec<u8>> {
-    let want = *oid;
-    let oid = git2::Oid::from_bytes(oid).ok()?;
-    let bytes = with_repos(root, |cache| {
-        let find = |repos: &[git2::Repository]| {
-            repos
-                .iter()
-                .find_map(|r| r.find_blob(oid).ok().map(|b| b.content().to_vec()))
-        };
-        if let Some(b) = find(&cache.repos) {
-            return Some(b);
-        }
-        if cache.submodules_opened || cache.repos.is_empty() {
-            return None;
-        }
-        cache.submodules_opened = true;
-        let mut subs = Vec::new();
-        submodule_repos(&cache.repos[0], &mut subs, SUBMODULE_DEPTH);
-        let found = find(&subs);
-        cache.repos.extend(subs);
-        found
-    })?;
-    (blob_id(&bytes) == crate::hash::hex(&want)).then_some(bytes)
-}
-
-/// Whether git holds blob `oid` for the workspace at `root` ([`read_blob`]'s
-/// repositories; the object is looked up, not read).
-pub fn has_blob(root: &Path, oid: &[u8; 20]) -> bool {
-    let Ok(id) = git2::Oid::from_bytes(oid) else {
-        return false;
-    };
-    let here = with_repos(root, |cache| {
-        Some(
-            cache
-                .repos
-                .iter()
-                .any(|r| r.odb().is_ok_and(|o| o.exists(id))),
-        )
-    })
-    .unwrap_or(false);
-    here || read_blob(root, oid).is_some()
-}
-
-/// Reads blob `oid` when the HEAD commit of the repository the workspace at
-/// `root` lies in holds exactly that blob at `key` (a workspace path): then
-/// ckpt can leave it in git instead of copying it, since only a rewrite of
-/// history followed by `git gc` could take it away. `None` otherwise (only
-/// staged, a submodule's file, no commit yet): the caller stores a copy.
-pub fn read_committed_blob(root: &Path, key: &[u8], oid: &[u8; 20]) -> Option<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = git2::Oid::from_bytes(oid).ok()?;
-    let bytes = with_repos(root, |cache| {
-        let repo = cache.repos.first()?;
-        let tree = match cache.head_tree {
-            Some((at, tree)) if at.elapsed() < HEAD_FRESH => tree,
-            _ => {
-                let at = std::time::Instant::now();
-                let head = repo.refname_to_id("HEAD").ok()?;
-                let tree = repo.find_commit(head).ok()?.tree_id();
-                cache.head_tree = Some((at, tree));
-                tree
             }
+        });
+        let out = f(&mut cache);
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(cache);
+        out
+    }
+    /// Reads a blob from the object database of the repository the workspace
+    /// lies in, or of a submodule checked out in it (never writes to
+    /// them).
+    ///
+    /// The bytes are checked against `oid` with the SHA-NI `sha1` crate rather
+    /// than by libgit2's collision-detecting SHA1DC (~4× slower here; SHA1DC was
+    /// ~10 % of the CPU of a shell post hook that read 100 blobs): this check
+    /// guards against a damaged object, and the id came from the user's own
+    /// index.
+    pub fn read_blob(&self, oid: &[u8; 20]) -> Option<Vec<u8>> {
+        let want = *oid;
+        let oid = git2::Oid::from_bytes(oid).ok()?;
+        let bytes = self.with(|cache| {
+            let find = |repos: &[git2::Repository]| {
+                repos
+                    .iter()
+                    .find_map(|r| r.find_blob(oid).ok().map(|b| b.content().to_vec()))
+            };
+            if let Some(b) = find(&cache.repos) {
+                return Some(b);
+            }
+            if cache.submodules_opened || cache.repos.is_empty() {
+                return None;
+            }
+            cache.submodules_opened = true;
+            let mut subs = Vec::new();
+            submodule_repos(&cache.repos[0], &mut subs, SUBMODULE_DEPTH);
+            let found = find(&subs);
+            cache.repos.extend(subs);
+            found
+        })?;
+        (blob_id(&bytes) == crate::hash::hex(&want)).then_some(bytes)
+    }
+
+    /// Whether git holds blob `oid` for the workspace ([`Repos::read_blob`]'s
+    /// repositories; the object is looked up, not read).
+    pub fn has_blob(&self, oid: &[u8; 20]) -> bool {
+        let Ok(id) = git2::Oid::from_bytes(oid) else {
+            return false;
         };
-        let tree = repo.find_tree(tree).ok()?;
-        let mut path = cache.inner.clone();
-        path.extend_from_slice(key);
-        let entry = tree
-            .get_path(Path::new(std::ffi::OsStr::from_bytes(&path)))
-            .ok()?;
-        if entry.id() != want || entry.kind() != Some(git2::ObjectType::Blob) {
-            return None;
-        }
-        repo.find_blob(want).ok().map(|b| b.content().to_vec())
-    })?;
-    (blob_id(&bytes) == crate::hash::hex(oid)).then_some(bytes)
+        let here = self
+            .with(|cache| {
+                Some(
+                    cache
+                        .repos
+                        .iter()
+                        .any(|r| r.odb().is_ok_and(|o| o.exists(id))),
+                )
+            })
+            .unwrap_or(false);
+        here || self.read_blob(oid).is_some()
+    }
+
+    /// Reads blob `oid` when the HEAD commit of the repository the workspace
+    /// lies in holds exactly that blob at `key` (a workspace path): then
+    /// ckpt can leave it in git instead of copying it, since only a rewrite of
+    /// history followed by `git gc` could take it away. `None` otherwise (only
+    /// staged, a submodule's file, no commit yet): the caller stores a copy.
+    pub fn read_committed_blob(&self, key: &[u8], oid: &[u8; 20]) -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let want = git2::Oid::from_bytes(oid).ok()?;
+        let bytes = self.with(|cache| {
+            let repo = cache.repos.first()?;
+            let tree = match cache.head_tree {
+                Some((at, tree)) if at.elapsed() < HEAD_FRESH => tree,
+                _ => {
+                    let at = std::time::Instant::now();
+                    let head = repo.refname_to_id("HEAD").ok()?;
+                    let tree = repo.find_commit(head).ok()?.tree_id();
+                    cache.head_tree = Some((at, tree));
+                    tree
+                }
+            };
+            let tree = repo.find_tree(tree).ok()?;
+            let mut path = cache.inner.clone();
+            path.extend_from_slice(key);
+            let entry = tree
+                .get_path(Path::new(std::ffi::OsStr::from_bytes(&path)))
+                .ok()?;
+            if entry.id() != want || entry.kind() != Some(git2::ObjectType::Blob) {
+                return None;
+            }
+            repo.find_blob(want).ok().map(|b| b.content().to_vec())
+        })?;
+        (blob_id(&bytes) == crate::hash::hex(oid)).then_some(bytes)
+    }
 }
 
 /// Returns git's blob id (sha1 of `blob <len>\0<bytes>`, 40 hex) for `data`,
@@ -695,10 +715,10 @@ mod tests {
         .unwrap();
         drop(main);
         assert_eq!(
-            read_blob(&ws, &in_sub).as_deref(),
+            Repos::new(&ws).read_blob(&in_sub).as_deref(),
             Some(&b"in the submodule\n"[..])
         );
-        assert_eq!(read_blob(&ws, &far_away), None);
+        assert_eq!(Repos::new(&ws).read_blob(&far_away), None);
         // (Directly, too: the path check is the helper's.)
         assert!(open_submodule(&ws, b"sub").is_some());
         assert!(open_submodule(&ws, b"../outside").is_none());
@@ -726,7 +746,7 @@ mod tests {
         let other = repo.blob(b"world\n").unwrap();
         let id = |o: git2::Oid| <[u8; 20]>::try_from(o.as_bytes()).unwrap();
         assert_eq!(
-            read_blob(dir.path(), &id(good)).as_deref(),
+            Repos::new(dir.path()).read_blob(&id(good)).as_deref(),
             Some(&b"hello\n"[..])
         );
         // The loose object of `good` now holds `other`'s (valid zlib, wrong bytes).
@@ -741,11 +761,8 @@ mod tests {
         perm.set_readonly(false);
         std::fs::set_permissions(&target, perm).unwrap();
         std::fs::write(&target, bytes).unwrap();
-        // A fresh thread: no cached repository or object.
-        let root = dir.path().to_path_buf();
-        let got = std::thread::spawn(move || read_blob(&root, &id(good)))
-            .join()
-            .unwrap();
+        // Freshly opened: no cached repository or object.
+        let got = Repos::new(dir.path()).read_blob(&id(good));
         assert_eq!(got, None);
     }
 }

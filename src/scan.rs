@@ -915,12 +915,12 @@ fn state_of(ws: &Workspace, rel: &RelPath, e: &Entry) -> Result<Option<FileState
     let hash = match (e.hash, e.git_oid) {
         (Some(h), _) => h,
         (None, Some(oid)) => {
-            if let Some(bytes) = crate::git::read_committed_blob(ws.root(), rel.as_bytes(), &oid) {
+            if let Some(bytes) = ws.repos().read_committed_blob(rel.as_bytes(), &oid) {
                 let h = ContentHash::of(&bytes);
                 ws.blobs().note_git(h, oid, bytes);
                 h
             } else {
-                match crate::git::read_blob(ws.root(), &oid) {
+                match ws.repos().read_blob(&oid) {
                     Some(bytes) => ws.blobs().put_vec(bytes)?,
                     None => return Ok(None),
                 }

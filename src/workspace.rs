@@ -113,6 +113,8 @@ pub struct Workspace {
     durable: Arc<Durable>,
     /// Where the user's git configuration is.
     user_dirs: UserDirs,
+    /// The git repositories it lies in, opened on first use.
+    repos: Arc<crate::git::Repos>,
 }
 
 impl Drop for Workspace {
@@ -325,17 +327,19 @@ impl Workspace {
         let rt = Arc::new(open_runtime(root, &confined)?);
         let clock = Arc::new(clock);
         let canonical_root = std::fs::canonicalize(root).ok().filter(|c| c != root);
+        let repos = Arc::new(crate::git::Repos::new(root));
         Ok(Workspace {
             root: root.to_path_buf(),
             canonical_root,
             confined,
             ledger: Ledger::new(rt.clone(), clock.clone(), durable.clone()),
-            blobs: BlobStore::new(rt.clone(), durable.clone()).with_git_root(root.to_path_buf()),
+            blobs: BlobStore::new(rt.clone(), durable.clone()).with_git(repos.clone()),
             trash: Trash::new(rt.clone()),
             rt,
             clock,
             durable,
             user_dirs,
+            repos,
         })
     }
 
@@ -356,6 +360,12 @@ impl Workspace {
     /// Where the user's git configuration is (given at open).
     pub fn user_dirs(&self) -> &UserDirs {
         &self.user_dirs
+    }
+
+    /// The git repositories the workspace lies in (read only, opened on
+    /// first use and kept while it is open).
+    pub fn repos(&self) -> &crate::git::Repos {
+        &self.repos
     }
 
     /// Where the syncs of what this workspace writes wait until the next
