@@ -581,7 +581,7 @@ fn record_while_walking(
     drafts: &[Draft],
 ) -> Result<(), WorkspaceError> {
     let walk = || -> Result<(), WorkspaceError> {
-        crate::dispose(crate::scan::pre(ws, cfg, key)?);
+        ws.dispose(crate::scan::pre(ws, cfg, key)?);
         after_snapshot()
     };
     let written = ws.ledger().lock()?.write_then_sync(drafts)?;
@@ -770,7 +770,7 @@ fn post_with(
                 let kept = ws.blobs().keep_recent(RECENT_BUDGET);
                 let crate::scan::Scanned { changes, unknown, saving: s } = crate::scan::post(ws, cfg, &pre_snap)?;
                 saving = s;
-                crate::dispose(pre_snap);
+                ws.dispose(pre_snap);
                 for u in &unknown {
                     warnings.push(format!(
                         "`{}` changed, but its content before or after the call could not be stored ({}): not recorded, and a rollback will not touch it",

@@ -41,8 +41,6 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 mod agent_files;
 pub mod agent_settings;
 mod binfile;
@@ -110,56 +108,6 @@ pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
         src = c.source();
     }
     s.replace('\n', " ")
-}
-
-static SHORT_LIVED: AtomicBool = AtomicBool::new(false);
-
-/// Tells the library that this process exits as soon as its one command is
-/// done (the `ckpt` binary says so; a library user's process never does):
-/// large tables are then left for the exit to reclaim instead of being freed
-/// one allocation at a time (~12 ms for a walk and a snapshot of 100,000
-/// files).
-pub fn short_lived_process() {
-    SHORT_LIVED.store(true, Ordering::Relaxed);
-}
-
-static BIG_TABLES: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
-
-/// Tables from about this size on (a snapshot of ~13,000 files) are worth
-/// preparing the allocator for ([`on_big_tables`]); below it, a hook
-/// touches less memory than the preparation costs.
-const BIG_TABLES_FROM: u64 = 1 << 20;
-
-/// Lets the process prepare its allocator, once, before the library builds
-/// large tables (a walk and snapshot of many files). The `ckpt` binary
-/// advises its heap for transparent huge pages then: on a small tree, the
-/// first touch of an advised heap zeroes a 2 MiB page (~0.2 ms of a ~3 ms
-/// hook) for tables that fit in a few 4 KiB pages. The library itself
-/// never touches the allocator.
-pub fn on_big_tables(prepare: fn()) {
-    let _ = BIG_TABLES.set(prepare);
-}
-
-/// Says that tables of about `bytes` are about to be built.
-pub(crate) fn big_tables_ahead(bytes: u64) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if bytes >= BIG_TABLES_FROM {
-        ONCE.call_once(|| {
-            timing("large tables ahead");
-            if let Some(prepare) = BIG_TABLES.get() {
-                prepare();
-            }
-        });
-    }
-}
-
-/// Drops `v`, or in a [`short_lived_process`] leaves it to the exit.
-pub(crate) fn dispose<T>(v: T) {
-    if SHORT_LIVED.load(Ordering::Relaxed) {
-        std::mem::forget(v);
-    } else {
-        drop(v);
-    }
 }
 
 /// Receives each phase mark: milliseconds since the sink was set, the phase.

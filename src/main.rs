@@ -12,7 +12,6 @@ fn main() {
     ckpt::fs_util::learn_umask();
     tune_allocator();
     survive_file_size_limit();
-    ckpt::short_lived_process();
     let code = cli::main();
     ckpt::timing("exit");
     std::process::exit(code);
@@ -49,9 +48,6 @@ fn tune_allocator() {
         // small blocks without the arena's lock).
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
-    // Only before large tables: a small tree's hook would pay more for a
-    // huge page's first touch than it saves (DECISIONS.md).
-    ckpt::on_big_tables(huge_pages::advise_heap);
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
@@ -89,18 +85,36 @@ mod huge_pages {
     /// Blocks from this size on are advised (at least one whole huge page
     /// lies inside).
     const FROM: usize = 2 * HUGE;
+    /// The first block from this size on (the snapshot of a tree of about
+    /// 13,000 files, read whole) means large tables are being built: the
+    /// heap is advised then, once ([`advise_heap`]). Below it, a hook
+    /// touches less memory than a huge page's first touch costs (~0.2 ms of
+    /// a ~3 ms hook; DECISIONS.md).
+    const BIG_TABLES_FROM: usize = 1 << 20;
 
     pub struct Advised;
+
+    /// Advises the heap before the first large block is served.
+    fn on_large(size: usize) {
+        #[cfg(target_env = "gnu")]
+        {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            if size >= BIG_TABLES_FROM {
+                ONCE.call_once(advise_heap);
+            }
+        }
+        let _ = size;
+    }
 
     /// Grows the heap now by the 64 MiB top pad (a block taken and given
     /// back: the memory is reserved, not touched) and advises all of it, so
     /// that the many small blocks a hook allocates are faulted in by huge
     /// pages too, as glibc's `glibc.malloc.hugetlb=1` tunable does for its
     /// whole heap (the allocator cannot be told so from inside the process).
-    /// Called once, before the library builds large tables
-    /// ([`ckpt::on_big_tables`]); other threads may be running then, which
-    /// is safe: the block goes through `malloc`/`free`, and the advice
-    /// changes no contents.
+    /// Called once, from the allocator, before the first large block is
+    /// served ([`on_large`]); other threads may be running then, which is
+    /// safe: the block goes through `malloc`/`free` (glibc's, not this
+    /// allocator: no recursion), and the advice changes no contents.
     #[cfg(target_env = "gnu")]
     pub fn advise_heap() {
         // SAFETY: a block below the mmap threshold is taken from the heap and
@@ -138,6 +152,7 @@ mod huge_pages {
     // the returned block is added.
     unsafe impl GlobalAlloc for Advised {
         unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            on_large(l.size());
             // SAFETY: as the caller promised.
             let p = unsafe { System.alloc(l) };
             if l.size() >= FROM && !p.is_null() {
@@ -147,6 +162,7 @@ mod huge_pages {
         }
 
         unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+            on_large(l.size());
             // SAFETY: as the caller promised.
             let p = unsafe { System.alloc_zeroed(l) };
             if l.size() >= FROM && !p.is_null() {
@@ -161,6 +177,7 @@ mod huge_pages {
         }
 
         unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+            on_large(new);
             // SAFETY: as the caller promised.
             let q = unsafe { System.realloc(p, l, new) };
             if new >= FROM && !q.is_null() {

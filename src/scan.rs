@@ -555,7 +555,6 @@ fn load_file(dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
     let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
     let st = crate::sys::fstat(&f).ok()?;
     let ino = st.ino;
-    crate::big_tables_ahead(st.size);
     let mut v = Vec::new();
     f.read_to_end(&mut v).ok()?;
     Some((decode(&v)?, ino))
@@ -700,10 +699,6 @@ fn fresh(
     old: Option<&Snapshot>,
 ) -> Result<Fresh, WorkspaceError> {
     let taken_ns = fs_now(index);
-    if old.is_none() {
-        // A first walk: its size is not known yet.
-        crate::big_tables_ahead(u64::MAX);
-    }
     let known = old.map(|o| {
         walker::Known::new(
             o.taken_ns,
@@ -741,7 +736,7 @@ fn fresh(
             cfg.max_snapshot_files
         )));
     }
-    crate::dispose(known);
+    ws.dispose(known);
     // Every directory was known, unchanged and not racy (none listed).
     let dirs_same = old.is_some_and(|o| {
         listed == 0
@@ -957,7 +952,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
     let old = if fresh.unchanged {
         old
     } else {
-        crate::dispose(old);
+        ws.dispose(old);
         None
     };
     if let Some((old, ino)) = old {
@@ -970,12 +965,12 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
         if rustix::fs::linkat(&dir, "snapshot.bin", &calls, name.as_str(), none).is_ok() {
             let same = crate::sys::lstat_at(&calls, name.as_str()).is_ok_and(|st| st.ino == ino);
             if same {
-                crate::dispose(fresh);
+                ws.dispose(fresh);
                 return Ok(old);
             }
             let _ = rustix::fs::unlinkat(&calls, name.as_str(), none);
         }
-        crate::dispose(old);
+        ws.dispose(old);
     }
     let snap = fresh.into_snapshot();
     keep_clean(ws, &save(&calls, &name, &snap)?)?;
@@ -1079,12 +1074,16 @@ pub struct Scanned {
 pub struct Saving(Option<crate::par::Running<Result<File, WorkspaceError>>>);
 
 impl Saving {
-    fn start(fresh: Fresh, dir: OwnedFd) -> Result<Saving, WorkspaceError> {
+    /// `short_lived`: the snapshot is left to the exit
+    /// ([`OpenOptions::short_lived`](crate::OpenOptions::short_lived)).
+    fn start(fresh: Fresh, dir: OwnedFd, short_lived: bool) -> Result<Saving, WorkspaceError> {
         let work = move || {
             let now = fresh.into_snapshot();
             let saved = save(&dir, "snapshot.bin", &now);
             crate::timing("scan: snapshot saved");
-            crate::dispose(now);
+            if short_lived {
+                std::mem::forget(now);
+            }
             saved
         };
         match crate::par::spawn_or_run(work) {
@@ -1139,7 +1138,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
     if fresh.unchanged {
         // The call changed nothing: the current snapshot (the pre one, or a
         // newer one another call saved since) stays.
-        crate::dispose(fresh);
+        ws.dispose(fresh);
         return Ok(Scanned::default());
     }
     let mut changes = Vec::new();
@@ -1225,7 +1224,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
     // The walk is the new current snapshot: saved on a thread of its own
     // while the contents are read and diffed (a 100,000-file tree's takes
     // ~20 ms), synced beside the call's records.
-    let saving = Saving::start(fresh, dir)?;
+    let saving = Saving::start(fresh, dir, ws.is_short_lived())?;
     // The before contents of git-clean files are read from git's objects
     // (and left there when committed at HEAD, else stored): on two threads
     // when many files changed.

@@ -180,6 +180,8 @@ impl Ctx {
             fsync: self.fsync,
             user_dirs: ckpt::git::UserDirs::from_env(),
             portable: self.portable,
+            // The binary exits when its command is done.
+            short_lived: true,
         }
     }
 
