@@ -63,6 +63,7 @@ pub mod fuzz_checks;
 pub mod git;
 pub mod hash;
 pub mod hook;
+pub mod hook_policy;
 pub mod ids;
 pub mod ledger;
 pub mod merge;
