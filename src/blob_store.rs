@@ -530,7 +530,14 @@ impl BlobStore {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
                 Err(BlobError::NotRegular(*h))
             }
-            Err(e) if e.to_string().starts_with("E_NOT_REGULAR") => Err(BlobError::NotRegular(*h)),
+            Err(e)
+                if matches!(
+                    fs_util::Refusal::of(&e),
+                    Some(fs_util::Refusal::NotRegular(_))
+                ) =>
+            {
+                Err(BlobError::NotRegular(*h))
+            }
             Err(e) => Err(Self::err("open", "artifacts/blobs", e)),
         }
     }

@@ -27,6 +27,7 @@ use rustix::io::Errno;
 use crate::durable::{Durable, Keep};
 use crate::failpoint;
 use crate::paths::RelPath;
+pub use crate::sys::Refusal;
 use crate::sys::{self, Beneath, mode as perm_mode, unsafe_path};
 
 /// An I/O failure with the path and the operation it concerns.
@@ -56,8 +57,7 @@ impl FsError {
     /// leaves the directory (`E_UNSAFE_PATH`).
     pub fn is_unsafe_path(&self) -> bool {
         matches!(self.source.raw_os_error(), Some(e) if e == Errno::LOOP.raw_os_error() || e == Errno::XDEV.raw_os_error())
-            || self.source.kind() == io::ErrorKind::Other
-                && self.source.to_string().starts_with("E_UNSAFE_PATH")
+            || matches!(Refusal::of(&self.source), Some(Refusal::UnsafePath(_)))
     }
 }
 
@@ -561,20 +561,22 @@ pub fn open_regular_at_sized(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(F
     )
     .map_err(|e| {
         if e == Errno::LOOP {
-            io::Error::other(format!(
-                "E_NOT_REGULAR: `{}` is a symlink",
+            Refusal::NotRegular(format!(
+                "`{}` is a symlink",
                 String::from_utf8_lossy(name.as_bytes())
             ))
+            .into_io()
         } else {
             e.into()
         }
     })?;
     let st = sys::fstat(&fd)?;
     if !st.is_file() {
-        return Err(io::Error::other(format!(
-            "E_NOT_REGULAR: `{}` is not a regular file",
+        return Err(Refusal::NotRegular(format!(
+            "`{}` is not a regular file",
             String::from_utf8_lossy(name.as_bytes())
-        )));
+        ))
+        .into_io());
     }
     Ok((File::from(fd), st.size))
 }
@@ -644,7 +646,12 @@ mod tests {
         let (_, n) = c.open_read_sized(&rel("d/f")).unwrap();
         assert_eq!(n, 3);
         assert_eq!(c.read(&rel("d/f")).unwrap(), b"xyz");
-        let e = c.open_read(&rel("d/link")).unwrap_err().to_string();
+        let err = c.open_read(&rel("d/link")).unwrap_err();
+        assert!(
+            matches!(Refusal::of(&err), Some(Refusal::NotRegular(_))),
+            "{err}"
+        );
+        let e = err.to_string();
         assert!(e.contains("E_NOT_REGULAR") && e.contains("symlink"), "{e}");
         // A symlinked directory on the way: refused (the step-by-step path
         // opens it with O_NOFOLLOW | O_DIRECTORY: ENOTDIR).
@@ -676,7 +683,11 @@ mod tests {
             Confined::open(&ws, Arc::default()).unwrap(),
             Confined::open(&ws, Arc::default()).unwrap().portable(),
         ] {
-            assert!(c.write_file(&rel("link/new"), b"x", 0o644).is_err());
+            let e = c.write_file(&rel("link/new"), b"x", 0o644).unwrap_err();
+            assert!(
+                matches!(Refusal::of(&e), Some(Refusal::UnsafePath(_))),
+                "{e}"
+            );
             assert!(c.write_file(&rel("link/victim"), b"x", 0o644).is_err());
             assert!(c.write_file(&rel("link/deep/new"), b"x", 0o644).is_err());
             assert!(c.write_symlink(&rel("link/sl"), b"/etc/passwd").is_err());

@@ -20,10 +20,36 @@ use rustix::io::Errno;
 
 use super::Backend;
 
+/// Why ckpt refused to open a path: the error inside the `io::Error` it
+/// returns, told apart by variant ([`Refusal::of`]), never by message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A component is a symlink or not a directory, or the path is not
+    /// normalised.
+    #[error("E_UNSAFE_PATH: {0}")]
+    UnsafePath(String),
+    /// A regular file was asked for and the path holds a symlink or
+    /// something else.
+    #[error("E_NOT_REGULAR: {0}")]
+    NotRegular(String),
+}
+
+impl Refusal {
+    /// The refusal as the `io::Error` the open returns.
+    pub fn into_io(self) -> io::Error {
+        io::Error::other(self)
+    }
+
+    /// The refusal `e` carries, if it is one.
+    pub fn of(e: &io::Error) -> Option<&Refusal> {
+        e.get_ref()?.downcast_ref()
+    }
+}
+
 /// The error of a path refused because it goes through a symlink or is not
-/// normalised (`E_UNSAFE_PATH`).
+/// normalised ([`Refusal::UnsafePath`]).
 pub fn unsafe_path(what: &str) -> io::Error {
-    io::Error::other(format!("E_UNSAFE_PATH: {what}"))
+    Refusal::UnsafePath(what.to_string()).into_io()
 }
 
 /// A directory handle that paths are opened beneath, and what this kernel

@@ -32,7 +32,7 @@ use rustix::fs::{AtFlags, FileType, Mode};
 
 mod beneath;
 
-pub use beneath::{Beneath, unsafe_path};
+pub use beneath::{Beneath, Refusal, unsafe_path};
 
 /// Which form of a call to use where a platform has two: its own
 /// (`Native`: on Linux `openat2`, `getdents64`) or the portable POSIX one
