@@ -53,6 +53,20 @@ fn tune_allocator() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn tune_allocator() {}
 
+/// What workspaces call before they build large tables
+/// (`OpenOptions::on_big_tables`): the heap's huge-page advice, where this
+/// binary has it. Only before large tables: a small tree's hook would pay
+/// more for a huge page's first touch than it saves (DECISIONS.md).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn big_tables_hook() -> Option<fn()> {
+    Some(huge_pages::advise_heap)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn big_tables_hook() -> Option<fn()> {
+    None
+}
+
 /// Under a file-size limit (`ulimit -f`, RLIMIT_FSIZE) a write past it
 /// raises SIGXFSZ, which kills the process with no error line. Caught by a
 /// handler that does nothing, the write fails with EFBIG instead, which ckpt
@@ -85,36 +99,18 @@ mod huge_pages {
     /// Blocks from this size on are advised (at least one whole huge page
     /// lies inside).
     const FROM: usize = 2 * HUGE;
-    /// The first block from this size on (the snapshot of a tree of about
-    /// 13,000 files, read whole) means large tables are being built: the
-    /// heap is advised then, once ([`advise_heap`]). Below it, a hook
-    /// touches less memory than a huge page's first touch costs (~0.2 ms of
-    /// a ~3 ms hook; DECISIONS.md).
-    const BIG_TABLES_FROM: usize = 1 << 20;
 
     pub struct Advised;
-
-    /// Advises the heap before the first large block is served.
-    fn on_large(size: usize) {
-        #[cfg(target_env = "gnu")]
-        {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            if size >= BIG_TABLES_FROM {
-                ONCE.call_once(advise_heap);
-            }
-        }
-        let _ = size;
-    }
 
     /// Grows the heap now by the 64 MiB top pad (a block taken and given
     /// back: the memory is reserved, not touched) and advises all of it, so
     /// that the many small blocks a hook allocates are faulted in by huge
     /// pages too, as glibc's `glibc.malloc.hugetlb=1` tunable does for its
     /// whole heap (the allocator cannot be told so from inside the process).
-    /// Called once, from the allocator, before the first large block is
-    /// served ([`on_large`]); other threads may be running then, which is
-    /// safe: the block goes through `malloc`/`free` (glibc's, not this
-    /// allocator: no recursion), and the advice changes no contents.
+    /// Called once, before the library builds large tables
+    /// (`OpenOptions::on_big_tables`, which the CLI passes); other threads
+    /// may be running then, which is safe: the block goes through
+    /// `malloc`/`free`, and the advice changes no contents.
     #[cfg(target_env = "gnu")]
     pub fn advise_heap() {
         // SAFETY: a block below the mmap threshold is taken from the heap and
@@ -152,7 +148,6 @@ mod huge_pages {
     // the returned block is added.
     unsafe impl GlobalAlloc for Advised {
         unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-            on_large(l.size());
             // SAFETY: as the caller promised.
             let p = unsafe { System.alloc(l) };
             if l.size() >= FROM && !p.is_null() {
@@ -162,7 +157,6 @@ mod huge_pages {
         }
 
         unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-            on_large(l.size());
             // SAFETY: as the caller promised.
             let p = unsafe { System.alloc_zeroed(l) };
             if l.size() >= FROM && !p.is_null() {
@@ -177,7 +171,6 @@ mod huge_pages {
         }
 
         unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-            on_large(new);
             // SAFETY: as the caller promised.
             let q = unsafe { System.realloc(p, l, new) };
             if new >= FROM && !q.is_null() {

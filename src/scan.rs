@@ -546,15 +546,17 @@ fn decode_body(mut r: &[u8]) -> Option<Snapshot> {
     })
 }
 
-fn load(dir: &OwnedFd, name: &str) -> Option<Snapshot> {
-    load_file(dir, name).map(|(s, _)| s)
+fn load(ws: &Workspace, dir: &OwnedFd, name: &str) -> Option<Snapshot> {
+    load_file(ws, dir, name).map(|(s, _)| s)
 }
 
-/// [`load`], with the inode the snapshot was read from.
-fn load_file(dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
+/// [`load`], with the inode the snapshot was read from; a big snapshot is
+/// announced to `ws` first ([`Workspace::big_tables_ahead`]).
+fn load_file(ws: &Workspace, dir: &OwnedFd, name: &str) -> Option<(Snapshot, u64)> {
     let mut f = fs_util::open_regular_at(dir.as_fd(), name.as_ref()).ok()?;
     let st = crate::sys::fstat(&f).ok()?;
     let ino = st.ino;
+    ws.big_tables_ahead(st.size);
     let mut v = Vec::new();
     f.read_to_end(&mut v).ok()?;
     Some((decode(&v)?, ino))
@@ -699,6 +701,10 @@ fn fresh(
     old: Option<&Snapshot>,
 ) -> Result<Fresh, WorkspaceError> {
     let taken_ns = fs_now(index);
+    if old.is_none() {
+        // A first walk: its size is not known yet.
+        ws.big_tables_ahead(u64::MAX);
+    }
     let known = old.map(|o| {
         walker::Known::new(
             o.taken_ns,
@@ -941,7 +947,7 @@ fn is_attributes_file(key: &[u8]) -> bool {
 pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
     let dir = index_dir(ws)?;
     crate::timing("scan: pre");
-    let old = load_file(&dir, "snapshot.bin");
+    let old = load_file(ws, &dir, "snapshot.bin");
     crate::timing("scan: snapshot loaded");
     let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
     crate::timing("scan: compared");
@@ -1012,7 +1018,7 @@ fn unprotected_reason(cfg: &Config, size: u64) -> &'static str {
 pub fn unprotected(ws: &Workspace, cfg: &Config) -> Vec<crate::record::Unrecorded> {
     let Some(s) = index_dir(ws)
         .ok()
-        .and_then(|dir| load(&dir, "snapshot.bin"))
+        .and_then(|dir| load(ws, &dir, "snapshot.bin"))
     else {
         return Vec::new();
     };
@@ -1035,7 +1041,7 @@ pub fn unprotected(ws: &Workspace, cfg: &Config) -> Vec<crate::record::Unrecorde
 pub fn load_for_call(ws: &Workspace, key: &str) -> Option<Snapshot> {
     let dir = index_dir(ws).ok()?;
     let calls = fs_util::open_dir(dir.as_fd(), "calls").ok()?;
-    let s = load(&calls, &format!("{key}.bin"));
+    let s = load(ws, &calls, &format!("{key}.bin"));
     crate::timing("scan: call's snapshot loaded");
     s
 }
@@ -1376,7 +1382,7 @@ mod tests {
         std::fs::write(t.path().join("a.txt"), b"a").unwrap();
         let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
         let cfg = Config::default();
-        let current = |ws: &Workspace| load(&index_dir(ws).unwrap(), "snapshot.bin").unwrap();
+        let current = |ws: &Workspace| load(ws, &index_dir(ws).unwrap(), "snapshot.bin").unwrap();
         let before = pre(&ws, &cfg, "call1").unwrap();
         std::fs::write(t.path().join("b.txt"), b"b").unwrap();
         let scanned = post(&ws, &cfg, &before).unwrap();

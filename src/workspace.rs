@@ -93,6 +93,14 @@ pub struct OpenOptions {
     /// allocation at a time (~12 ms for a walk and a snapshot of 100,000
     /// files).
     pub short_lived: bool,
+    /// Called once, before the workspace builds large tables (a snapshot
+    /// of 1 MiB or more, about 13,000 files; a first walk, whose size is
+    /// not known): the binary advises its heap for transparent huge pages
+    /// then. On a small tree a hook touches less memory than a huge page's
+    /// first touch costs, and a rollback builds no such tables: the
+    /// allocator alone cannot tell them apart from any 1 MiB block (a
+    /// ledger read).
+    pub on_big_tables: Option<fn()>,
 }
 
 /// What `ckpt init` did.
@@ -123,6 +131,8 @@ pub struct Workspace {
     repos: Arc<crate::git::Repos>,
     /// [`OpenOptions::short_lived`].
     short_lived: bool,
+    /// [`OpenOptions::on_big_tables`], until it is called.
+    on_big_tables: std::sync::Mutex<Option<fn()>>,
 }
 
 impl Drop for Workspace {
@@ -323,6 +333,7 @@ impl Workspace {
             user_dirs,
             portable,
             short_lived,
+            on_big_tables,
             ..
         } = opts;
         let mut confined =
@@ -350,6 +361,7 @@ impl Workspace {
             user_dirs,
             repos,
             short_lived,
+            on_big_tables: std::sync::Mutex::new(on_big_tables),
         })
     }
 
@@ -370,6 +382,23 @@ impl Workspace {
     /// Where the user's git configuration is (given at open).
     pub fn user_dirs(&self) -> &UserDirs {
         &self.user_dirs
+    }
+
+    /// Says that tables of about `bytes` are about to be built: from 1 MiB
+    /// on, [`OpenOptions::on_big_tables`] is called (once).
+    pub(crate) fn big_tables_ahead(&self, bytes: u64) {
+        const BIG_TABLES_FROM: u64 = 1 << 20;
+        if bytes >= BIG_TABLES_FROM {
+            let prepare = self
+                .on_big_tables
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(prepare) = prepare {
+                crate::timing("large tables ahead");
+                prepare();
+            }
+        }
     }
 
     /// Whether it was opened [`short_lived`](OpenOptions::short_lived).

@@ -1096,8 +1096,12 @@ fn a_first_shell_hook_sets_up_and_records_exactly_the_calls_changes() {
         })
         .to_string()
     };
-    let r = crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "first"), &[]);
+    let timed = [("CKPT_TIMINGS", "1")];
+    let r =
+        crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "first"), &timed);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // A first walk's size is unknown, so the allocator is told to expect much.
+    assert!(r.stderr.contains("large tables ahead"), "{}", r.stderr);
     assert_eq!(blob_count(&env), 1, "only the untracked file is stored");
     env.write("many/f3.txt", b"changed by the call\n");
     env.write("made.txt", b"new\n");
@@ -1115,13 +1119,14 @@ fn a_first_shell_hook_sets_up_and_records_exactly_the_calls_changes() {
         ]
     );
     assert_eq!(env.ckpt(&["verify"]).code, 0);
-    // A later hook on this tree loads the snapshot and walks again.
-    let timed = [("CKPT_TIMINGS", "1")];
+    // A later hook on this small tree loads a small snapshot: nothing
+    // large ahead.
     let r =
         crate::common::run_with_stdin(&env, &["hook", "pre"], &shell_pre(&env, "second"), &timed);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("scan: snapshot loaded"), "{}", r.stderr);
     assert!(r.stderr.contains("scan: walked"), "{}", r.stderr);
+    assert!(!r.stderr.contains("large tables ahead"), "{}", r.stderr);
 }
 
 /// Issue 21 item 10: a shell call left in doubt (its post never came, its

@@ -182,6 +182,7 @@ impl Ctx {
             portable: self.portable,
             // The binary exits when its command is done.
             short_lived: true,
+            on_big_tables: crate::big_tables_hook(),
         }
     }
 
