@@ -530,8 +530,9 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
             outcome_unknown: false,
         }),
     ));
+    let mut warnings = Vec::new();
     if scan {
-        record_while_walking(ws, cfg, &key, &drafts)?;
+        warnings = record_while_walking(ws, cfg, &key, &drafts)?;
     } else {
         after_snapshot()?;
         append(ws, &drafts)?;
@@ -553,6 +554,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     Ok(HookStats {
         call: Some(call),
         user_edits,
+        warnings,
         ..Default::default()
     })
 }
@@ -579,14 +581,17 @@ fn record_while_walking(
     cfg: &Config,
     key: &str,
     drafts: &[Draft],
-) -> Result<(), WorkspaceError> {
-    let walk = || -> Result<(), WorkspaceError> {
-        ws.dispose(crate::scan::pre(ws, cfg, key)?);
-        after_snapshot()
+) -> Result<Vec<String>, WorkspaceError> {
+    let walk = || -> Result<Vec<crate::record::Unrecorded>, WorkspaceError> {
+        let (snap, skipped) = crate::scan::pre(ws, cfg, key)?;
+        ws.dispose(snap);
+        after_snapshot()?;
+        Ok(skipped)
     };
     let written = ws.ledger().lock()?.write_then_sync(drafts)?;
     let walked = walk();
     written.sync()?;
+    let walked = walked.map(|skipped| first_use_warning(cfg, &skipped));
     if let Err(e) = walked {
         // The `started` record is the last draft; its call ends `failed`.
         if let Some(Draft {
@@ -615,7 +620,25 @@ fn record_while_walking(
         }
         return Err(e);
     }
-    Ok(())
+    walked
+}
+
+/// What a first walk says of the files it left without a copy (empty:
+/// nothing to say).
+fn first_use_warning(cfg: &Config, skipped: &[crate::record::Unrecorded]) -> Vec<String> {
+    let Some(first) = skipped.first() else {
+        return Vec::new();
+    };
+    let more = match skipped.len() {
+        1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
+    vec![format!(
+        "no copy is kept of `{}` ({} bytes){more}: above first_use_max_bytes = {} (or max_blob_bytes), so a shell call that changes one cannot be undone; `ckpt status` lists them",
+        first.path,
+        first.size.unwrap_or(0),
+        cfg.first_use_max_bytes
+    )]
 }
 
 fn post(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookError> {

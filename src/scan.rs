@@ -944,11 +944,18 @@ fn is_attributes_file(key: &[u8]) -> bool {
 /// Takes the snapshot a shell call starts from, saves it for the call's post
 /// hook under `key`, and makes it the workspace's current one (one write, then
 /// a hard link: the file is never changed after it is written).
-pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, WorkspaceError> {
+/// Also returns, after a first walk, the files it left without a copy
+/// ([`unprotected`]'s list then), for the hook to say so.
+pub fn pre(
+    ws: &Workspace,
+    cfg: &Config,
+    key: &str,
+) -> Result<(Snapshot, Vec<crate::record::Unrecorded>), WorkspaceError> {
     let dir = index_dir(ws)?;
     crate::timing("scan: pre");
     let old = load_file(ws, &dir, "snapshot.bin");
     crate::timing("scan: snapshot loaded");
+    let first = old.is_none();
     let fresh = fresh(ws, cfg, &dir, old.as_ref().map(|(s, _)| s))?;
     crate::timing("scan: compared");
     let (calls, _) = fs_util::open_or_create_private_dir(dir.as_fd(), "calls", ws.durable())
@@ -972,7 +979,7 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
             let same = crate::sys::lstat_at(&calls, name.as_str()).is_ok_and(|st| st.ino == ino);
             if same {
                 ws.dispose(fresh);
-                return Ok(old);
+                return Ok((old, Vec::new()));
             }
             let _ = rustix::fs::unlinkat(&calls, name.as_str(), none);
         }
@@ -994,7 +1001,11 @@ pub fn pre(ws: &Workspace, cfg: &Config, key: &str) -> Result<Snapshot, Workspac
         let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), rustix::fs::AtFlags::empty());
         keep_clean(ws, &save(&dir, "snapshot.bin", &snap)?)?;
     }
-    Ok(snap)
+    let skipped = match first {
+        true => without_copy(cfg, &snap),
+        false => Vec::new(),
+    };
+    Ok((snap, skipped))
 }
 
 /// Why ckpt holds no copy of a file of `size` bytes the walk found:
@@ -1016,12 +1027,17 @@ fn unprotected_reason(cfg: &Config, size: u64) -> &'static str {
 /// undone. Empty before the first shell call (nothing walked yet: files an
 /// edit tool names are stored when it names them).
 pub fn unprotected(ws: &Workspace, cfg: &Config) -> Vec<crate::record::Unrecorded> {
-    let Some(s) = index_dir(ws)
+    match index_dir(ws)
         .ok()
         .and_then(|dir| load(ws, &dir, "snapshot.bin"))
-    else {
-        return Vec::new();
-    };
+    {
+        Some(s) => without_copy(cfg, &s),
+        None => Vec::new(),
+    }
+}
+
+/// The entries of `s` that ckpt holds no copy of, with why.
+fn without_copy(cfg: &Config, s: &Snapshot) -> Vec<crate::record::Unrecorded> {
     s.entries
         .iter()
         .filter(|(_, e)| e.hash.is_none() && e.git_oid.is_none())
@@ -1383,7 +1399,7 @@ mod tests {
         let (ws, _) = Workspace::init(t.path(), Default::default()).unwrap();
         let cfg = Config::default();
         let current = |ws: &Workspace| load(ws, &index_dir(ws).unwrap(), "snapshot.bin").unwrap();
-        let before = pre(&ws, &cfg, "call1").unwrap();
+        let before = pre(&ws, &cfg, "call1").unwrap().0;
         std::fs::write(t.path().join("b.txt"), b"b").unwrap();
         let scanned = post(&ws, &cfg, &before).unwrap();
         assert_eq!(scanned.changes.len(), 1);

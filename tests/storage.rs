@@ -202,8 +202,19 @@ fn big_untracked_files_are_not_copied_at_first_use_and_status_says_so() {
     )
     .unwrap();
     // First use: the small file is copied, the big untracked one is not,
-    // the committed one needs no copy (git holds it).
-    exec(&env, "true");
+    // the committed one needs no copy (git holds it); the hook says so.
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("no copy is kept of `big.dat` (300000 bytes)")
+            && !r.stderr.contains("committed.dat"),
+        "{}",
+        r.stderr
+    );
+    // Said once, at first use, not by every call.
+    let r = env.ckpt(&["exec", "--", "true"]);
+    assert!(!r.stderr.contains("no copy is kept"), "{}", r.stderr);
     let blobs = du(&env.rt().join("artifacts/blobs"));
     assert!(
         blobs < 100_000,

@@ -53,7 +53,11 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     // The call is this process's: if it is killed, the next ckpt command
     // records what the command changed as this call's.
     ev.owner = ckpt::procs::this_process();
-    if let Err(e) = ckpt::hook::run(&ws, &cfg, &ev) {
+    let pre = ckpt::hook::run(&ws, &cfg, &ev);
+    for w in pre.iter().flat_map(|s| &s.warnings) {
+        super::ui::note(&format!("ckpt warning: {w}"));
+    }
+    if let Err(e) = pre {
         let msg = super::error::one_line(&e);
         if cfg.on_record_failure == OnRecordFailure::Block {
             return Err(CommandError::new(
