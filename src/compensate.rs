@@ -253,7 +253,7 @@ fn decide(
             .unwrap_or_else(|| default_key(call)),
     );
     if comp.argv.first().is_none_or(|a| a.is_empty()) {
-        return Err(WorkspaceError::Refused(format!(
+        return Err(WorkspaceError::NotApplicable(format!(
             "the compensation recorded for call {call} names no command (argv {}); nothing was run",
             argv_text(&comp.argv)
         )));
@@ -471,7 +471,7 @@ fn run(ws: &Workspace, report: &mut CompensateReport) -> Result<(), WorkspaceErr
         }
         Ran::Lost(e) => {
             // Started, but its end could not be observed: leave it uncertain.
-            return Err(WorkspaceError::Refused(format!(
+            return Err(WorkspaceError::Uncertain(format!(
                 "lost track of the compensation of call {call} after starting it ({e}); it stays uncertain (action {action}): check its effect, then `ckpt compensate {call} --force` if it must run again"
             )));
         }

@@ -64,8 +64,8 @@ pub struct Resolved {
     pub action: Option<String>,
 }
 
-fn refused(s: String) -> WorkspaceError {
-    WorkspaceError::Refused(s)
+fn not_applicable(s: String) -> WorkspaceError {
+    WorkspaceError::NotApplicable(s)
 }
 
 /// Settles conflict `id`; see [`How`].
@@ -82,14 +82,14 @@ pub fn resolve(
         .find(|c| c.conflict == id)
         .ok_or_else(|| WorkspaceError::UnknownId(id.to_string()))?;
     if c.resolution != Resolution::Pending {
-        return Err(refused(format!(
+        return Err(not_applicable(format!(
             "conflict {id} is already settled ({}); nothing to do",
             resolution_str(c.resolution)
         )));
     }
     let obs = writeback::observe(ws, &c.path, cfg.merge_max_bytes)?;
     if obs.is_other() {
-        return Err(refused(format!(
+        return Err(not_applicable(format!(
             "`{}` is not a file now; move it away first, then resolve {id} again",
             c.path
         )));
@@ -107,7 +107,7 @@ pub fn resolve(
                 && let Some(b) = &obs.bytes
                 && has_markers(b)
             {
-                return Err(refused(format!(
+                return Err(not_applicable(format!(
                     "`{}` still holds conflict markers; finish the merge, or pass --force to settle {id} as it is",
                     c.path
                 )));
@@ -176,7 +176,7 @@ pub fn resolve(
         )?;
         let f = report.files.remove(0);
         if matches!(f.result, FileResult::Raced | FileResult::Failed) {
-            return Err(refused(format!(
+            return Err(WorkspaceError::Changing(format!(
                 "could not write `{}`: {}; conflict {id} stays open",
                 c.path,
                 f.note.as_deref().unwrap_or("changed while resolving")
@@ -206,7 +206,7 @@ fn store_current(
     obs: &writeback::Observed,
 ) -> Result<PathState, WorkspaceError> {
     if writeback::store_observed(ws, &c.path, obs)? != obs.state.hash {
-        return Err(refused(format!(
+        return Err(WorkspaceError::Changing(format!(
             "`{}` is changing right now; try again when it is still",
             c.path
         )));
@@ -261,7 +261,7 @@ fn markers_target(
     obs: &writeback::Observed,
 ) -> Result<(PathState, Vec<u8>), WorkspaceError> {
     let cannot = |why: &str| {
-        refused(format!(
+        not_applicable(format!(
             "cannot write conflict markers into `{}`: {why}; use --keep-user or --apply-agent",
             c.path
         ))

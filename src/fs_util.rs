@@ -44,13 +44,16 @@ pub struct FsError {
 }
 
 impl FsError {
-    /// Wraps an I/O error with its operation and path.
+    /// Wraps an I/O error with its operation and path. Paths are relative
+    /// to the directory the operation started from (the workspace root, or
+    /// `.agent-runtime/`); an empty one is that directory itself and is
+    /// shown as `.`, so no message names an empty path.
     pub fn new(op: &'static str, path: impl Into<String>, source: io::Error) -> FsError {
-        FsError {
-            op,
-            path: path.into(),
-            source,
+        let mut path = path.into();
+        if path.is_empty() {
+            path.push('.');
         }
+        FsError { op, path, source }
     }
 
     /// True when resolution was refused because a component is a symlink or
@@ -603,6 +606,15 @@ pub fn open_payload_file(path: &Path) -> io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_io_error_on_the_starting_directory_names_it_as_dot() {
+        let e = FsError::new("list", "", io::Error::from(io::ErrorKind::PermissionDenied));
+        assert_eq!(e.path, ".");
+        assert!(e.to_string().starts_with("cannot list `.`: "), "{e}");
+        let e = FsError::new("open", "a/b", io::Error::from(io::ErrorKind::NotFound));
+        assert_eq!(e.path, "a/b");
+    }
 
     #[test]
     fn a_file_read_by_its_seen_size_is_read_whole_even_if_it_changed() {

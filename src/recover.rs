@@ -177,7 +177,7 @@ pub fn settle(ws: &Workspace, call: &str, how: Settled) -> Result<CallStatus, Wo
         _ => false,
     };
     if !in_doubt {
-        return Err(WorkspaceError::Refused(format!(
+        return Err(WorkspaceError::NotApplicable(format!(
             "call `{call}` is not in doubt (its last record says {}); nothing to settle",
             serde_json::to_value(ci.last.status)
                 .ok()
@@ -186,7 +186,7 @@ pub fn settle(ws: &Workspace, call: &str, how: Settled) -> Result<CallStatus, Wo
         )));
     }
     if crate::hook::running_calls(ws).contains(call) {
-        return Err(WorkspaceError::Refused(format!(
+        return Err(WorkspaceError::NotApplicable(format!(
             "call `{call}` is still running under its agent; settle it once the agent is done (or gone)"
         )));
     }
@@ -318,12 +318,11 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     // Calls whose agent process is gone are closed from what is on disk
     // (a shell call's changes since its pre become its patches); calls
     // whose agent still runs are left to it.
-    let cfg = crate::config::Config::load(ws.runtime_dir())
-        .map_err(|e| WorkspaceError::Refused(e.to_string()))?;
+    let cfg = crate::config::Config::load(ws.runtime_dir())?;
     let closed = crate::hook::close_open_calls(ws, &cfg, crate::hook::Close::AgentGone).map_err(
         |e| match e {
             crate::hook::HookError::Record(e) => e,
-            e => WorkspaceError::Refused(e.to_string()),
+            crate::hook::HookError::Path { source, .. } => WorkspaceError::Path(source),
         },
     )?;
     let running = crate::hook::running_calls(ws);

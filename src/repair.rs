@@ -176,7 +176,7 @@ impl Workspace {
                 // The old file's copy is durable before it is replaced.
                 self.sync_all()?;
                 checkpoint::rewrite(rt, d, &new).map_err(|e| {
-                    WorkspaceError::Refused(format!("cannot re-anchor {}: {e}", f.checkpoint))
+                    WorkspaceError::Damaged(format!("cannot re-anchor {}: {e}", f.checkpoint))
                 })?;
             }
         }

@@ -322,7 +322,7 @@ pub(crate) fn rollback_locked(
         read_whole(ws, None)?;
         crate::hook::close_open_calls(ws, cfg, gone).map_err(|e| match e {
             crate::hook::HookError::Record(e) => e,
-            e => WorkspaceError::Refused(e.to_string()),
+            crate::hook::HookError::Path { source, .. } => WorkspaceError::Path(source),
         })?
     };
     crate::hook::flush_user_edits(ws, None)?;
@@ -547,7 +547,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
         }
         Selector::Session(s) => {
             if !records.iter().any(|r| r.session.as_deref() == Some(s)) {
-                return Err(WorkspaceError::Refused(format!(
+                return Err(WorkspaceError::NoMatch(format!(
                     "no records of session `{s}` in this workspace; run `ckpt log` to see the sessions"
                 )));
             }
@@ -572,7 +572,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
                 }
             }
             if out.calls.is_empty() {
-                return Err(WorkspaceError::Refused(format!(
+                return Err(WorkspaceError::NoMatch(format!(
                     "no calls of subagent `{a}` in this workspace; `ckpt log` names the subagents"
                 )));
             }
@@ -700,7 +700,7 @@ impl PathFilter {
         let mut v = Vec::new();
         for p in pats {
             let g = globset::Glob::new(p).map_err(|e| {
-                WorkspaceError::Refused(format!("`--path {p}` is not a valid glob: {e}"))
+                WorkspaceError::Invalid(format!("`--path {p}` is not a valid glob: {e}"))
             })?;
             v.push((g.compile_matcher(), p.trim_end_matches('/').to_string()));
         }
@@ -1401,7 +1401,7 @@ fn plan(
         filter.matches(&p.path) || p.from_path.as_ref().is_some_and(|f| filter.matches(f))
     };
     if let Some(pat) = filter.unmatched(&sel.touched) {
-        return Err(WorkspaceError::Refused(format!(
+        return Err(WorkspaceError::NoMatch(format!(
             "`--path {pat}` matches no file the selection changed; run `ckpt status` or `ckpt log` to see the agent's files"
         )));
     }
@@ -2423,4 +2423,18 @@ pub(crate) fn write_conflict_file(
         Keep::Named(ws.durable()),
     )
     .map_err(|e| FsError::new("write", format!(".agent-runtime/conflicts/{name}"), e).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_glob_is_an_invalid_argument() {
+        assert!(matches!(
+            PathFilter::new(&["src/[".to_string()]),
+            Err(WorkspaceError::Invalid(_))
+        ));
+        assert!(PathFilter::new(&["src/**".to_string(), "docs/".to_string()]).is_ok());
+    }
 }

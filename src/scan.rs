@@ -735,7 +735,7 @@ fn fresh(
     // Before anything is read or stored: a tree past the limit (the whole
     // file system, a home directory) is not walked into the store.
     if walked.len() as u64 > cfg.max_snapshot_files {
-        return Err(WorkspaceError::Refused(format!(
+        return Err(WorkspaceError::TooLarge(format!(
             "`{}` holds {} entries, more than max_snapshot_files = {}: a shell call's changes are found by comparing the whole tree, so ckpt does not record this one; raise max_snapshot_files in .agent-runtime/config.toml, or ignore the big directories (.gitignore, or `ignore` there)",
             ws.root().display(),
             walked.len(),

@@ -51,23 +51,27 @@ pub const MAX_SESSION_ID: usize = 256;
 /// The largest payload accepted, in bytes of compact JSON.
 pub const MAX_PAYLOAD: usize = 512 * 1024;
 
-fn refused(s: impl Into<String>) -> WorkspaceError {
-    WorkspaceError::Refused(s.into())
+fn invalid(s: impl Into<String>) -> WorkspaceError {
+    WorkspaceError::Invalid(s.into())
+}
+
+fn not_applicable(s: String) -> WorkspaceError {
+    WorkspaceError::NotApplicable(s)
 }
 
 /// Checks a session id: 1 to [`MAX_SESSION_ID`] bytes, no control characters.
 pub fn validate_session(session: &str) -> Result<(), WorkspaceError> {
     if session.is_empty() {
-        return Err(refused("the session id is empty; pass --session S"));
+        return Err(invalid("the session id is empty; pass --session S"));
     }
     if session.len() > MAX_SESSION_ID {
-        return Err(refused(format!(
+        return Err(invalid(format!(
             "the session id is {} bytes long; at most {MAX_SESSION_ID} are accepted",
             session.len()
         )));
     }
     if session.chars().any(char::is_control) {
-        return Err(refused(
+        return Err(invalid(
             "the session id contains control characters; use printable text",
         ));
     }
@@ -187,7 +191,7 @@ pub fn show_from(
 }
 
 fn not_an_entry(entry: &str, session: &str) -> WorkspaceError {
-    refused(format!(
+    WorkspaceError::NoMatch(format!(
         "`{entry}` is not an entry of session `{session}`; see `ckpt session branches --session {session}`"
     ))
 }
@@ -255,7 +259,7 @@ pub fn append(
 ) -> Result<String, WorkspaceError> {
     validate_session(session)?;
     if entry_type == EntryType::Branch {
-        return Err(refused(
+        return Err(invalid(
             "`branch` entries are made by `ckpt restore-session`, not appended by hand",
         ));
     }
@@ -263,7 +267,7 @@ pub fn append(
         .map(|v| v.len())
         .unwrap_or(usize::MAX);
     if size > MAX_PAYLOAD {
-        return Err(refused(format!(
+        return Err(invalid(format!(
             "the payload is {size} bytes; at most {MAX_PAYLOAD} are accepted (store large content elsewhere and record a reference)"
         )));
     }
@@ -503,13 +507,13 @@ pub fn restore_session(
         match rec.session.as_deref() {
             Some(s) if s == session => {}
             Some(s) => {
-                return Err(refused(format!(
+                return Err(not_applicable(format!(
                     "checkpoint {} belongs to session `{s}`, not `{session}`; pass --session {s} or a checkpoint of `{session}`",
                     opts.to
                 )));
             }
             None => {
-                return Err(refused(format!(
+                return Err(not_applicable(format!(
                     "checkpoint {} was made without a session; make checkpoints with `ckpt checkpoint --session {session}` to restore the session to them",
                     opts.to
                 )));
@@ -518,14 +522,14 @@ pub fn restore_session(
         match &c.session_leaf {
             Some(e) if is_entry(e) => (Some(e.clone()), Some(c.checkpoint.clone())),
             Some(e) => {
-                return Err(refused(format!(
+                return Err(not_applicable(format!(
                     "checkpoint {} names entry `{e}`, which is not in session `{session}`; run `ckpt verify`",
                     opts.to
                 )));
             }
             None if opts.claude => (None, Some(c.checkpoint.clone())),
             None => {
-                return Err(refused(format!(
+                return Err(not_applicable(format!(
                     "checkpoint {} records no position in session `{session}` (the session had no entries then); pick an entry from `ckpt session show --session {session}`",
                     opts.to
                 )));
@@ -533,7 +537,7 @@ pub fn restore_session(
         }
     } else {
         if !is_entry(&opts.to) {
-            return Err(refused(format!(
+            return Err(not_applicable(format!(
                 "`{}` is neither a checkpoint nor an entry of session `{session}`; see `ckpt session show --session {session}` or `ckpt log`",
                 opts.to
             )));
@@ -549,7 +553,7 @@ pub fn restore_session(
                 _ => None,
             });
             Some(found.ok_or_else(|| {
-                refused(format!(
+                not_applicable(format!(
                     "no checkpoint of session `{session}` records entry `{}`, so there is no file state (or transcript position) to go back to; pass --to CKPT, or drop --with-files/--claude",
                     opts.to
                 ))
@@ -570,14 +574,14 @@ pub fn restore_session(
         let last = extra.get("transcript_last_uuid").and_then(Value::as_str);
         let empty = extra.get("transcript_empty").and_then(Value::as_bool) == Some(true);
         match (path, last) {
-            (Some(path), Some(last)) => Some(
-                claude_transcript::prepare(std::path::Path::new(path), last)
-                    .map_err(|e| refused(crate::error_line(&e)))?,
-            ),
+            (Some(path), Some(last)) => Some(claude_transcript::prepare(
+                std::path::Path::new(path),
+                last,
+            )?),
             // The conversation had not begun: nothing to fork, nothing to resume.
             (Some(_), None) if empty => None,
             _ => {
-                return Err(refused(format!(
+                return Err(not_applicable(format!(
                     "checkpoint {ck} has no Claude Code transcript position (it was not made by a Claude Code prompt or session-start hook, or the transcript was unreadable then); restore without --claude"
                 )));
             }
@@ -663,9 +667,8 @@ pub fn restore_session(
                     session_id: id,
                 }),
                 Err(e) => {
-                    let msg = crate::error_line(&e);
-                    fail(msg.clone())?;
-                    return Err(refused(msg));
+                    fail(crate::error_line(&e))?;
+                    return Err(e.into());
                 }
             }
         }
@@ -782,6 +785,17 @@ mod tests {
             plan: Some(json!({"to_entry": "e_1"})),
             outcome: None,
         })
+    }
+
+    #[test]
+    fn a_bad_session_id_is_an_invalid_argument() {
+        for bad in ["", "a\u{7}b", &"x".repeat(MAX_SESSION_ID + 1)] {
+            assert!(
+                matches!(validate_session(bad), Err(WorkspaceError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_session("sess-1").is_ok());
     }
 
     #[test]

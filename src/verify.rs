@@ -71,7 +71,7 @@ impl Workspace {
         let refuse = |why: String| {
             // Writers stop too, until `ckpt repair`.
             crate::ledger::mark_damaged(self.runtime_dir().as_fd(), &why);
-            WorkspaceError::Refused(format!(
+            WorkspaceError::Damaged(format!(
                 "{why}; run `ckpt verify`, then `ckpt repair` — {acting} from a damaged history"
             ))
         };

@@ -67,9 +67,40 @@ pub enum WorkspaceError {
         "`{0}` is not a checkpoint, call, patch, action or conflict id in this workspace; run `ckpt log` to see them"
     )]
     UnknownId(String),
-    /// A request ckpt will not carry out, with what to do instead.
+    /// The ledger is damaged: commands that act on history stop until
+    /// `ckpt repair` (the message says where and what to run).
     #[error("{0}")]
-    Refused(String),
+    Damaged(String),
+    /// An argument is malformed: a glob, a session id, a payload too big.
+    #[error("{0}")]
+    Invalid(String),
+    /// A selector is well formed but names nothing here: a session with no
+    /// records, a subagent with no calls, a `--path` no selected change
+    /// touched.
+    #[error("{0}")]
+    NoMatch(String),
+    /// The request does not fit what the ledger says now: a conflict
+    /// already settled, a call not in doubt or still running, a file that
+    /// still holds conflict markers, a compensation with no command.
+    #[error("{0}")]
+    NotApplicable(String),
+    /// The tree is past a configured limit (`max_snapshot_files`).
+    #[error("{0}")]
+    TooLarge(String),
+    /// An external command was started and its end could not be observed:
+    /// its effect is unknown (a compensation left uncertain).
+    #[error("{0}")]
+    Uncertain(String),
+    /// A file changed while ckpt acted on it; nothing was written over it
+    /// (try again when it is still).
+    #[error("{0}")]
+    Changing(String),
+    /// `config.toml` cannot be read or parsed.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A Claude Code transcript cannot be read or forked.
+    #[error(transparent)]
+    Transcript(#[from] crate::claude_transcript::TranscriptError),
 }
 
 /// Options for opening a workspace.

@@ -47,7 +47,7 @@ type Content = Option<(Vec<u8>, Option<u32>)>;
 pub fn record(ws: &Workspace, since: Option<&str>, name: &str) -> Result<Recorded, WorkspaceError> {
     let read = ws.read_ledger()?;
     if let Some(c) = &read.corruption {
-        return Err(WorkspaceError::Refused(format!(
+        return Err(WorkspaceError::Damaged(format!(
             "the ledger is damaged at seq {} ({}); run `ckpt repair` first, then record",
             c.seq, c.problem
         )));
