@@ -35,9 +35,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::action::ActionLock;
 use crate::fs_util::{self, FsError};
 use crate::record::{ActionRecord, ActionStatus, ActionType, Body, Draft, Record, ToolCall};
-use crate::rollback::ActionLock;
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The most output bytes kept per compensation run; the rest is counted only.

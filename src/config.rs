@@ -1,7 +1,7 @@
 //! `config.toml`: the failure policy, ignores, size limits and the tool catalog.
 //!
 //! A missing file, or a missing key, means the default (the text `ckpt init`
-//! writes, which is [`crate::workspace::DEFAULT_CONFIG`]). A file that does not
+//! writes, which is [`DEFAULT_CONFIG`]). A file that does not
 //! parse is an error that names the line: ckpt never guesses a policy.
 
 use std::os::fd::AsFd;
@@ -10,7 +10,9 @@ use serde::Deserialize;
 
 use crate::fs_util;
 use crate::record::{Compensation, Idempotency, ReplayPolicy, Risk};
-use crate::workspace::DEFAULT_CONFIG;
+
+/// The default `config.toml` that `ckpt init` writes.
+pub const DEFAULT_CONFIG: &str = include_str!("../.agent-runtime/config.toml");
 
 /// What a pre hook does when it cannot save the before state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

@@ -8,16 +8,14 @@
 //! so it can be undone with `ckpt rollback --action`. The user's file is stored
 //! as a blob before anything replaces it.
 
-use std::os::fd::AsFd;
-
 use serde_json::json;
 
+use crate::action::ActionLock;
 use crate::config::Config;
-use crate::fs_util;
 use crate::hash::ContentHash;
 use crate::merge::{self, Labels, MergeInput, MergeOutcome};
 use crate::record::{Body, ConflictRecord, Draft, Record, Resolution};
-use crate::rollback::{self, ActionLock, FileResult, PlannedFile, RollbackReport};
+use crate::rollback::{self, FileResult, PlannedFile, RollbackReport};
 use crate::workspace::{Workspace, WorkspaceError};
 use crate::writeback::{self, PathState};
 
@@ -192,7 +190,7 @@ pub fn resolve(
     ws.ledger()
         .lock()?
         .append(&[Draft::new(Body::Conflict(next.clone()))])?;
-    remove_conflict_file(ws, id);
+    crate::action::remove_conflict_file(ws, id);
     Ok(Resolved {
         conflict: next,
         file: None,
@@ -343,17 +341,6 @@ fn has_markers(b: &[u8]) -> bool {
         }
     }
     false
-}
-
-pub(crate) fn remove_conflict_file(ws: &Workspace, id: &str) {
-    if let Ok(dir) = fs_util::open_dir(ws.runtime_dir().as_fd(), "conflicts") {
-        let _ = rustix::fs::unlinkat(
-            &dir,
-            format!("{id}.json").as_str(),
-            rustix::fs::AtFlags::empty(),
-        );
-        let _ = ws.durable().content_dir(&dir);
-    }
 }
 
 /// The word for a resolution.

@@ -141,15 +141,8 @@ struct CallState {
     outside: bool,
 }
 
-fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
-    let (fd, _) =
-        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state", ws.durable())
-            .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
-    Ok(fd)
-}
-
 fn calls_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
-    let st = state_dir(ws)?;
+    let st = ws.state_dir()?;
     let (fd, _) = fs_util::open_or_create_private_dir(st.as_fd(), "calls", ws.durable())
         .map_err(|e| FsError::new("open", ".agent-runtime/state/calls", e))?;
     Ok(fd)
@@ -238,7 +231,7 @@ pub(crate) fn flush_user_edits(
     ws: &Workspace,
     session: Option<&str>,
 ) -> Result<usize, WorkspaceError> {
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let _g = StateLock::take(&dir)?;
     let mut reg = agent_files::load(ws, &dir);
     let d = user_edit_drafts(ws, &mut reg, session)?;
@@ -261,7 +254,7 @@ pub(crate) fn note_written(
     if files.is_empty() {
         return Ok(());
     }
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let _g = StateLock::take(&dir)?;
     let mut reg = agent_files::load(ws, &dir);
     for (rel, state) in files {
@@ -419,7 +412,7 @@ fn read_only(ev: &HookEvent, class: &crate::config::ToolClass) -> bool {
 /// The pre of a [`read_only`] call: only the user edits made since the
 /// last call are recorded (they are checked before every call).
 fn read_only_pre(ws: &Workspace, ev: &HookEvent, call: String) -> Result<HookStats, HookError> {
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let _g = StateLock::take(&dir)?;
     let mut reg = agent_files::load(ws, &dir);
     let drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
@@ -446,7 +439,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
         Vec::new()
     };
     let (call, key) = call_id(ws, ev);
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let _g = StateLock::take(&dir)?;
     let mut reg = agent_files::load(ws, &dir);
     let mut drafts = user_edit_drafts(ws, &mut reg, ev.session.as_deref())?;
@@ -711,7 +704,7 @@ fn post_with(
             }
         }
     }
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let _g = StateLock::take(&dir)?;
     let mut drafts = Vec::new();
     let mut patches = 0;
@@ -1007,7 +1000,7 @@ fn reconstruct_before(
             mode,
         }));
     }
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let reg = agent_files::load(ws, &dir);
     if let Some(af) = reg.get(rel)
         && let Some(h) = af.hash

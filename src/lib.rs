@@ -41,6 +41,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 #![forbid(unsafe_code)]
 
+mod action;
 mod agent_files;
 pub mod agent_settings;
 mod binfile;

@@ -27,6 +27,7 @@ use std::os::fd::AsFd;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::action::ActionLock;
 use crate::durable::Keep;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
@@ -35,7 +36,7 @@ use crate::record::{
     ActionStatus, ActionType, Body, CallStatus, ConflictRecord, Draft, FilePatch, Idempotency,
     PatchSource, Record, ReplayPolicy, Resolution, ToolCall,
 };
-use crate::rollback::{self, ActionLock};
+use crate::rollback;
 use crate::workspace::{Workspace, WorkspaceError};
 use crate::writeback;
 
@@ -419,7 +420,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
         ws.ledger().lock()?.append(&drafts)?;
     }
     for c in &new_conflicts {
-        rollback::write_conflict_file(ws, c)?;
+        crate::action::write_conflict_file(ws, c)?;
     }
     let needs_person = verdicts.iter().any(|v| v.needs_person)
         || actions.iter().any(|a| a.status == "interrupted");

@@ -299,18 +299,18 @@ pub fn rollback(
         report.closed = pending_closes(ws);
         return Ok(report);
     }
-    let lock = ActionLock::take(ws)?;
+    let lock = crate::action::ActionLock::take(ws)?;
     rollback_locked(ws, cfg, opts, &lock)
 }
 
-/// [`rollback`] for a caller that already holds the [`ActionLock`] (e.g.
+/// [`rollback`] for a caller that already holds the [`ActionLock`](crate::action::ActionLock) (e.g.
 /// `restore_session --with-files`, which runs the rollback inside its own
 /// action). Never a dry run.
 pub(crate) fn rollback_locked(
     ws: &Workspace,
     cfg: &Config,
     opts: &RollbackOptions,
-    _lock: &ActionLock,
+    _lock: &crate::action::ActionLock,
 ) -> Result<RollbackReport, WorkspaceError> {
     finish_interrupted_locked(ws)?;
     let gone = crate::hook::Close::AgentGone;
@@ -2116,9 +2116,9 @@ fn execute_and_end(
     ws.ledger().lock()?.append(&drafts)?;
     if let Some(c) = &settle {
         if c.resolution == Resolution::Pending {
-            write_conflict_file(ws, c)?;
+            crate::action::write_conflict_file(ws, c)?;
         } else {
-            crate::conflict::remove_conflict_file(ws, &c.conflict);
+            crate::action::remove_conflict_file(ws, &c.conflict);
         }
     }
     clear_pending(ws.runtime_dir(), action);
@@ -2209,7 +2209,7 @@ fn append_plan(ws: &Workspace, start: Start<'_>) -> Result<(), WorkspaceError> {
     })?;
     ws.ledger().lock()?.append(&plan)?;
     for c in conflicts {
-        write_conflict_file(ws, c)?;
+        crate::action::write_conflict_file(ws, c)?;
     }
     crate::failpoint::hit("rollback.after_plan").map_err(|e| {
         WorkspaceError::Io(FsError::new("roll back", ".agent-runtime/ledger.jsonl", e))
@@ -2229,13 +2229,6 @@ fn to_file_state(s: &PathState) -> FileState {
 
 // ---------------------------------------------------------------- crash handling
 
-fn state_dir(ws: &Workspace) -> Result<OwnedFd, WorkspaceError> {
-    let (d, _) =
-        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "state", ws.durable())
-            .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
-    Ok(d)
-}
-
 /// What `state/pending_action` holds: the action a crash may have cut short,
 /// and the paths it was about to write (temp files may sit beside them
 /// before its plan is in the ledger).
@@ -2250,7 +2243,7 @@ fn write_pending(ws: &Workspace, action: &str, paths: &[&RelPath]) -> Result<(),
     // A hint for the next command, not a record: written atomically but not
     // synced (after a power loss `ckpt recover` still finds the action in the
     // ledger).
-    let dir = state_dir(ws)?;
+    let dir = ws.state_dir()?;
     let body = json!({"action": action, "paths": paths}).to_string();
     fs_util::write_atomic(
         dir.as_fd(),
@@ -2293,24 +2286,6 @@ fn clear_pending(rt: &OwnedFd, action: &str) {
     }
 }
 
-/// Holds `state/action.lock` while an action plans and runs, so two rollbacks
-/// (or a rollback and a resolve) never interleave.
-pub(crate) struct ActionLock {
-    _file: std::fs::File,
-}
-
-impl ActionLock {
-    pub(crate) fn take(ws: &Workspace) -> Result<ActionLock, WorkspaceError> {
-        let dir = state_dir(ws)?;
-        let f = fs_util::lock_exclusive(
-            dir.as_fd(),
-            "action.lock",
-            ".agent-runtime/state/action.lock",
-        )?;
-        Ok(ActionLock { _file: f })
-    }
-}
-
 /// What [`finish_interrupted`] did.
 #[derive(Debug, Clone)]
 pub struct Finished {
@@ -2328,7 +2303,7 @@ pub fn finish_interrupted(ws: &Workspace) -> Result<Option<Finished>, WorkspaceE
     if read_pending(ws.runtime_dir()).is_none() {
         return Ok(None);
     }
-    let _lock = ActionLock::take(ws)?;
+    let _lock = crate::action::ActionLock::take(ws)?;
     finish_interrupted_locked(ws)
 }
 
@@ -2351,7 +2326,7 @@ fn finish_interrupted_locked(ws: &Workspace) -> Result<Option<Finished>, Workspa
 }
 
 /// Finishes the rollback `action` from its recorded plan if it started and
-/// never ended (the caller holds the [`ActionLock`]).
+/// never ended (the caller holds the [`ActionLock`](crate::action::ActionLock)).
 pub(crate) fn finish_action_locked(
     ws: &Workspace,
     records: &[Record],
@@ -2391,38 +2366,6 @@ pub fn unfinished_plan(
         .get("settle")
         .and_then(|c| serde_json::from_value(c.clone()).ok());
     Some((files, settle))
-}
-
-/// Writes `conflicts/<id>.json`: the record plus where its three contents are.
-pub(crate) fn write_conflict_file(
-    ws: &Workspace,
-    c: &ConflictRecord,
-) -> Result<(), WorkspaceError> {
-    let (dir, _) =
-        fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "conflicts", ws.durable())
-            .map_err(|e| FsError::new("open", ".agent-runtime/conflicts", e))?;
-    let blob = |h: &Option<ContentHash>| {
-        h.map(|h| {
-            let hex = h.hex();
-            format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..])
-        })
-    };
-    let doc = json!({
-        "conflict": c,
-        "blobs": {"base": blob(&c.base_ref), "agent": blob(&c.agent_ref), "current": blob(&c.current_ref)},
-    });
-    let bytes = serde_json::to_vec_pretty(&doc)
-        .map_err(|e| FsError::new("write", &c.conflict, e.into()))?;
-    let name = format!("{}.json", c.conflict);
-    fs_util::write_atomic(
-        dir.as_fd(),
-        name.as_ref(),
-        &bytes,
-        0o600,
-        false,
-        Keep::Named(ws.durable()),
-    )
-    .map_err(|e| FsError::new("write", format!(".agent-runtime/conflicts/{name}"), e).into())
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::LedgerRead;
+use crate::action::ActionLock;
 use crate::claude_transcript;
 use crate::config::Config;
 use crate::fs_util::FsError;
@@ -43,7 +44,7 @@ use crate::ledger::LedgerLock;
 use crate::record::{
     ActionRecord, ActionStatus, ActionType, Body, Draft, EntryType, Record, SessionEntry,
 };
-use crate::rollback::{self, ActionLock, RollbackOptions, RollbackReport, Selector};
+use crate::rollback::{self, RollbackOptions, RollbackReport, Selector};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The longest session id accepted, in bytes.

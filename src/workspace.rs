@@ -24,8 +24,7 @@ use crate::paths::{PathError, RUNTIME_DIR, RelPath};
 use crate::record::{Body, CheckpointRecord, Draft, Record};
 use crate::trash::Trash;
 
-/// The default `config.toml` that `ckpt init` writes.
-pub const DEFAULT_CONFIG: &str = include_str!("../.agent-runtime/config.toml");
+pub use crate::config::DEFAULT_CONFIG;
 /// The `.gitignore` that keeps runtime data out of the user's `git status`.
 pub const RUNTIME_GITIGNORE: &str = "*\n";
 
@@ -495,6 +494,14 @@ impl Workspace {
     /// The `.agent-runtime/` directory handle.
     pub fn runtime_dir(&self) -> &Arc<OwnedFd> {
         &self.rt
+    }
+
+    /// `.agent-runtime/state/` (the ledger's caches, the action lock, the
+    /// pending-action marker), created private when missing.
+    pub(crate) fn state_dir(&self) -> Result<OwnedFd, WorkspaceError> {
+        let (fd, _) = fs_util::open_or_create_private_dir(self.rt.as_fd(), "state", self.durable())
+            .map_err(|e| FsError::new("open", ".agent-runtime/state", e))?;
+        Ok(fd)
     }
 
     /// Turns a path from a payload or the command line into a checked `RelPath`.

@@ -8,9 +8,8 @@
 use serde_json::{Map, Value};
 
 use super::{
-    Capture, Expected, Fields, Format, HookEvent, HookInputError, Occurrences, OriginalFile,
-    Outcome, Phase, Replacement, Target, TargetRole, check_event, codex, kind, shape, take,
-    unknown_event,
+    Capture, Expected, Fields, Format, HookEvent, HookInputError, OriginalFile, Outcome, Phase,
+    Target, TargetRole, check_event, codex, edit, kind, shape, take, unknown_event,
 };
 
 /// Tools that only read: no capture at all.
@@ -43,11 +42,6 @@ fn event_phase(event: &str) -> Option<Phase> {
         "Stop" | "SessionEnd" | "Interrupt" => Some(Phase::TurnEnd),
         _ => None,
     }
-}
-
-/// Returns true for the event names Claude Code and Codex use for tool calls.
-pub(super) fn is_tool_event(event: &str) -> bool {
-    matches!(event, "PreToolUse" | "PostToolUse" | "PostToolUseFailure")
 }
 
 /// Parses a Claude Code (`format` = Claude) or Codex (`format` = Codex) payload.
@@ -182,25 +176,6 @@ pub(super) fn tool_capture(
         expected,
     };
     Ok((Capture::Declared, vec![target]))
-}
-
-/// Reads one `{old_string, new_string, replace_all?}`; `None` if either string is absent.
-pub(super) fn edit(f: &Fields<'_>) -> Result<Option<Replacement>, HookInputError> {
-    let old = f.str("old_string")?;
-    let new = f.str("new_string")?;
-    let all = f.bool("replace_all")?.unwrap_or(false);
-    Ok(match (old, new) {
-        (Some(old), Some(new)) => Some(Replacement {
-            old: old.to_string(),
-            new: new.to_string(),
-            count: if all {
-                Occurrences::All
-            } else {
-                Occurrences::Exactly(1)
-            },
-        }),
-        _ => None,
-    })
 }
 
 /// Reads MultiEdit's `edits`; `None` if absent or if any edit lacks its strings.

@@ -10,12 +10,12 @@
 use serde_json::{Map, Value};
 
 use super::apply_patch::{Hunk, parse_patch};
-use super::{Capture, Expected, Target, TargetRole, claude};
+use super::{Capture, Expected, Target, TargetRole, is_tool_event};
 
 /// Returns true if a payload carrying `event` looks like Codex's (module docs of `capture`).
 pub(super) fn is_codex(map: &Map<String, Value>, event: &str) -> bool {
     let has = |k: &str| map.get(k).is_some_and(|v| !v.is_null());
-    has("turn_id") || (has("model") && claude::is_tool_event(event))
+    has("turn_id") || (has("model") && is_tool_event(event))
 }
 
 /// Returns the capture of an `apply_patch` call, or `None` if `tool`/`input` carry no patch.

@@ -18,10 +18,9 @@
 
 use serde_json::{Map, Value};
 
-use super::claude;
 use super::{
     Capture, Expected, Fields, Format, HookEvent, HookInputError, Outcome, Phase, Target,
-    TargetRole, check_event, take, unknown_event,
+    TargetRole, check_event, edit, take, unknown_event,
 };
 
 /// What a Cursor event is.
@@ -183,7 +182,7 @@ fn edits(value: &Value) -> Option<Expected> {
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let m = item.as_object()?;
-        out.push(claude::edit(&Fields::nested(m, "edits")).ok()??);
+        out.push(edit(&Fields::nested(m, "edits")).ok()??);
     }
     (!out.is_empty()).then_some(Expected::Edits(out))
 }

@@ -752,6 +752,30 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Returns true for the event names Claude Code and Codex use for tool calls.
+pub(crate) fn is_tool_event(event: &str) -> bool {
+    matches!(event, "PreToolUse" | "PostToolUse" | "PostToolUseFailure")
+}
+
+/// Reads one `{old_string, new_string, replace_all?}`; `None` if either string is absent.
+pub(crate) fn edit(f: &Fields<'_>) -> Result<Option<Replacement>, HookInputError> {
+    let old = f.str("old_string")?;
+    let new = f.str("new_string")?;
+    let all = f.bool("replace_all")?.unwrap_or(false);
+    Ok(match (old, new) {
+        (Some(old), Some(new)) => Some(Replacement {
+            old: old.to_string(),
+            new: new.to_string(),
+            count: if all {
+                Occurrences::All
+            } else {
+                Occurrences::Exactly(1)
+            },
+        }),
+        _ => None,
+    })
+}
+
 /// Builds a [`HookInputError::WrongShape`].
 pub(crate) fn shape(msg: impl Into<String>) -> HookInputError {
     HookInputError::WrongShape(msg.into())
