@@ -378,6 +378,25 @@ impl BlobStore {
         if !sound {
             return Ok(false);
         }
+        // Freshened, as git freshens an object it finds for `git prune`: a
+        // copy found now is about to be named, and `ckpt gc` never removes
+        // one touched within its grace period. (A failure only costs that
+        // protection against a gc running this very moment: not an error.)
+        let now = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        };
+        let omit = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        };
+        let _ = rustix::fs::futimens(
+            &f,
+            &rustix::fs::Timestamps {
+                last_access: omit,
+                last_modification: now,
+            },
+        );
         let (fan, _) = rel_name(h);
         let fanfd = self.fan_dir(&fan)?;
         self.durable

@@ -54,6 +54,9 @@ struct RawConfig {
     merge_max_bytes: Option<u64>,
     diff_max_bytes: Option<u64>,
     max_snapshot_files: Option<u64>,
+    keep_days: Option<u64>,
+    keep_checkpoints: Option<u64>,
+    max_runtime_bytes: Option<u64>,
     tools: Option<Vec<ToolRule>>,
 }
 
@@ -79,6 +82,15 @@ pub struct Config {
     pub diff_max_bytes: u64,
     /// A shell call's workspace walk stops above this many entries.
     pub max_snapshot_files: u64,
+    /// `ckpt gc` keeps every checkpoint and call younger than this many
+    /// days, and the user's versions that rollbacks and resolves stored.
+    pub keep_days: u64,
+    /// ...and at least this many of the newest checkpoints, however old.
+    pub keep_checkpoints: u64,
+    /// Past this size, `.agent-runtime/` is collected (per the two keeps
+    /// above) by a `ckpt gc --auto` a prompt hook starts in the background;
+    /// 0: never automatically.
+    pub max_runtime_bytes: u64,
     /// The tool catalog, first match wins.
     pub tools: Vec<ToolRule>,
 }
@@ -127,6 +139,9 @@ impl Config {
             merge_max_bytes: None,
             diff_max_bytes: None,
             max_snapshot_files: None,
+            keep_days: None,
+            keep_checkpoints: None,
+            max_runtime_bytes: None,
             tools: None,
         });
         Ok(Config {
@@ -152,6 +167,12 @@ impl Config {
                 .max_snapshot_files
                 .or(d.max_snapshot_files)
                 .unwrap_or(500_000),
+            keep_days: raw.keep_days.or(d.keep_days).unwrap_or(30),
+            keep_checkpoints: raw.keep_checkpoints.or(d.keep_checkpoints).unwrap_or(10),
+            max_runtime_bytes: raw
+                .max_runtime_bytes
+                .or(d.max_runtime_bytes)
+                .unwrap_or(2 << 30),
             tools: raw.tools.or(d.tools).unwrap_or_default(),
         })
     }

@@ -48,6 +48,10 @@ pub enum Verdict {
     Allow {
         /// Warnings (a change ckpt could not store, a payload it doubted).
         warnings: Vec<String>,
+        /// A prompt hook found a `ckpt gc --auto` due in this workspace
+        /// ([`crate::gc::auto_due`]): the caller starts it in the
+        /// background, never waiting for it.
+        gc_due: Option<PathBuf>,
     },
     /// The call goes ahead and nothing is recorded, as asked
     /// (`--only-initialized` outside a workspace): say nothing.
@@ -95,6 +99,7 @@ pub fn decide(req: &Request<'_>) -> Verdict {
                 warnings: vec![format!(
                     "this tool call is not recorded and cannot be undone: {what}"
                 )],
+                gc_due: None,
             }
         } else {
             Verdict::Failed(format!("ckpt hook: {what}"))
@@ -131,6 +136,8 @@ pub fn decide(req: &Request<'_>) -> Verdict {
     match result {
         Ok(stats) => Verdict::Allow {
             warnings: stats.warnings,
+            gc_due: (req.phase == Phase::Prompt && crate::gc::auto_due(&ws, &cfg))
+                .then(|| ws.root().to_path_buf()),
         },
         Err(e) if e.is_runtime_target() => Verdict::Block(format!(
             "ckpt refuses this tool call: {e}; `.agent-runtime/` holds the record of the agent's work and only ckpt writes there"
@@ -296,7 +303,13 @@ mod tests {
         assert!(!repo.join(".agent-runtime").exists());
         // At a git top level the first hook sets ckpt up and records.
         let v = decide(&request(&p, &open));
-        assert_eq!(v, Verdict::Allow { warnings: vec![] });
+        assert_eq!(
+            v,
+            Verdict::Allow {
+                warnings: vec![],
+                gc_due: None
+            }
+        );
         assert!(repo.join(".agent-runtime/ledger.jsonl").is_file());
         // A write into ckpt's own data is blocked.
         let p = pre(&repo, ".agent-runtime/ledger.jsonl");

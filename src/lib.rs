@@ -61,6 +61,7 @@ pub mod failpoint;
 pub mod fs_util;
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub mod gc;
 pub mod git;
 pub mod hash;
 pub mod hook;

@@ -507,6 +507,8 @@ pub enum ActionType {
     RestoreSession,
     /// Run a registered compensation.
     Compensate,
+    /// Remove stored contents no kept checkpoint needs (`ckpt gc`).
+    Gc,
 }
 
 /// The status of an action step.

@@ -292,6 +292,18 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
                     detail,
                 }
             }
+            ActionType::Gc => {
+                let done = crate::gc::finish(ws, &records, &id)?;
+                ActionVerdict {
+                    action: id,
+                    action_type: "gc",
+                    status: "finished_now",
+                    detail: format!(
+                        "finished: {} more files ({} bytes) removed as planned",
+                        done.files, done.bytes
+                    ),
+                }
+            }
             ActionType::Compensate => {
                 let call = records
                     .iter()
@@ -435,6 +447,21 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
         torn_bytes,
         total_calls,
     })
+}
+
+/// The calls in doubt: started and never ended (or still running), or
+/// ended by ckpt with their outcome unknown.
+pub(crate) fn calls_in_doubt(records: &[Record]) -> std::collections::HashSet<String> {
+    let (calls, _) = collect_calls(records);
+    calls
+        .into_iter()
+        .filter(|(_, ci)| match ci.last.status {
+            CallStatus::Succeeded => false,
+            CallStatus::Failed => ci.last.outcome_unknown,
+            _ => true,
+        })
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// Actions with a `started` record and no end, oldest first.

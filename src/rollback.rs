@@ -526,7 +526,11 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
             if *sel == Selector::Undo {
                 out.undo_to = Some(from.as_ref().map(|(_, c)| c.clone()));
             }
-            let upto = from.map(|(s, _)| s).unwrap_or(0);
+            // Everything the kept history holds: changes at or before a
+            // `ckpt gc` horizon have lost their contents.
+            let upto = from
+                .map(|(s, _)| s)
+                .unwrap_or_else(|| crate::gc::horizon(records));
             out.undo = live
                 .iter()
                 .filter(|(r, _)| r.seq > upto)
@@ -1417,6 +1421,21 @@ fn plan(
     };
     let seq = patch_seqs(records);
     let at = |id: &str| seq.get(id).copied().unwrap_or(0);
+    if let Some((p, h)) =
+        crate::gc::collected_patch(ws, records, &at, undo.iter().chain(redo.iter()).copied())
+    {
+        return Err(WorkspaceError::Collected(
+            match opts.selector.checkpoint() {
+                Some(ck) if crate::gc::collected_checkpoints(records).contains(ck) => format!(
+                    "checkpoint {ck} is older than what `ckpt gc` kept (it collected the contents of the history up to seq {h}); roll back to a kept checkpoint instead (`ckpt gc --dry-run` lists them)"
+                ),
+                _ => format!(
+                    "the contents of call {}'s change to `{}` were collected by `ckpt gc` (history up to seq {h}): it can no longer be undone; narrow the rollback with --path, or pick a later call",
+                    p.call, p.path
+                ),
+            },
+        ));
+    }
     let undone: BTreeSet<&str> = undo.iter().map(|p| p.patch.as_str()).collect();
     // The agent patches in effect that stay in effect, by path: a selected
     // change they were built on cannot be taken out (or put back) under them.
@@ -2307,7 +2326,9 @@ pub fn finish_interrupted(ws: &Workspace) -> Result<Option<Finished>, WorkspaceE
     finish_interrupted_locked(ws)
 }
 
-fn finish_interrupted_locked(ws: &Workspace) -> Result<Option<Finished>, WorkspaceError> {
+pub(crate) fn finish_interrupted_locked(
+    ws: &Workspace,
+) -> Result<Option<Finished>, WorkspaceError> {
     let Some(marker) = read_pending_marker(ws.runtime_dir()) else {
         return Ok(None);
     };

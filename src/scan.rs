@@ -1051,6 +1051,29 @@ fn without_copy(cfg: &Config, s: &Snapshot) -> Vec<crate::record::Unrecorded> {
         .collect()
 }
 
+/// Every snapshot kept: the current one and each open call's pre snapshot
+/// (for `gc`, which keeps the contents they name). Unreadable ones are left
+/// out: no hook can use them either.
+pub(crate) fn all_snapshots(ws: &Workspace) -> Vec<Snapshot> {
+    let mut out = Vec::new();
+    let Ok(dir) = index_dir(ws) else { return out };
+    out.extend(load(ws, &dir, "snapshot.bin"));
+    if let Ok(calls) = fs_util::open_dir(dir.as_fd(), "calls")
+        && let Ok(mut it) = rustix::fs::Dir::read_from(&calls)
+    {
+        let names: Vec<String> = it
+            .by_ref()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".bin"))
+            .collect();
+        for n in names {
+            out.extend(load(ws, &calls, &n));
+        }
+    }
+    out
+}
+
 /// Loads a call's pre snapshot. It stays until [`forget_call`] (after the
 /// records of the call's end are appended): a post killed before them
 /// leaves it for the close that records the call from the disk.

@@ -43,6 +43,10 @@ pub struct VerifyReport {
     pub patches_checked: usize,
     /// Checkpoint files checked.
     pub checkpoints_checked: usize,
+    /// Blobs and patch artifacts that records name and `ckpt gc` removed by
+    /// design (only records at or before its horizon name them, and nothing
+    /// open needs them): not problems.
+    pub collected: usize,
 }
 
 fn valid_artifact_id(id: &str) -> bool {
@@ -197,6 +201,17 @@ impl Workspace {
             let _ = rustix::fs::unlinkat(&**rt, NEEDS_VERIFY_FILE, rustix::fs::AtFlags::empty());
         }
 
+        // What `ckpt gc` may have removed by design: contents and artifacts
+        // that only records at or before its horizon name, and nothing open
+        // needs (`crate::gc`'s own rule, without the user versions' grace).
+        let horizon = crate::gc::horizon(&read.records);
+        let needed = (horizon > 0).then(|| crate::gc::needed(&read.records, horizon, u64::MAX));
+        let collectable_blob =
+            |h: &ContentHash| needed.as_ref().is_some_and(|n| !n.hashes.contains(h));
+        let collectable_patch = |seq: u64, id: &str| {
+            seq <= horizon && needed.as_ref().is_some_and(|n| !n.patches.contains(id))
+        };
+        let mut collected = 0usize;
         // Every blob referenced, each checked once.
         let mut blobs: BTreeMap<ContentHash, u64> = BTreeMap::new();
         let mut patches = 0usize;
@@ -222,11 +237,15 @@ impl Workspace {
                                 ),
                             });
                         } else if !artifact_exists(self, &p.patch) {
-                            problems.push(Problem {
-                                seq: Some(r.seq),
-                                path: Some(expected),
-                                problem: "patch artifact is missing".into(),
-                            });
+                            if collectable_patch(r.seq, &p.patch) {
+                                collected += 1;
+                            } else {
+                                problems.push(Problem {
+                                    seq: Some(r.seq),
+                                    path: Some(expected),
+                                    problem: "patch artifact is missing".into(),
+                                });
+                            }
                         } else if let Ok(have) = crate::call::read_patch_artifact(self, &p.patch)
                             && let Ok(false) = crate::call::artifact_is_sound(self, p, &have)
                         {
@@ -297,6 +316,10 @@ impl Workspace {
         }
         for (h, seq) in &blobs {
             if let Err(e) = self.blobs().check(h) {
+                if matches!(e, crate::blob_store::BlobError::Missing(_)) && collectable_blob(h) {
+                    collected += 1;
+                    continue;
+                }
                 let hex = h.hex();
                 problems.push(Problem {
                     seq: Some(*seq),
@@ -381,6 +404,7 @@ impl Workspace {
             blobs_checked: blobs.len(),
             patches_checked: patches,
             checkpoints_checked,
+            collected,
         })
     }
 }

@@ -94,6 +94,10 @@ pub enum WorkspaceError {
     /// (try again when it is still).
     #[error("{0}")]
     Changing(String),
+    /// What the request needs was removed by `ckpt gc` (older than what it
+    /// kept).
+    #[error("{0}")]
+    Collected(String),
     /// `config.toml` cannot be read or parsed.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),

@@ -10,6 +10,7 @@ mod cli_basic;
 mod compensate;
 mod doctor;
 mod fuzz_corpus;
+mod gc;
 mod hooks;
 mod hostile;
 mod interrupted;

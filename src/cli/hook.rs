@@ -201,9 +201,12 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     };
     req.payload = &bytes;
     match hook_policy::decide(&req) {
-        Verdict::Allow { warnings } => {
+        Verdict::Allow { warnings, gc_due } => {
             for w in &warnings {
                 super::ui::note(&format!("ckpt warning: {w}"));
+            }
+            if let Some(root) = gc_due {
+                start_auto_gc(&root);
             }
             Ok(OK)
         }
@@ -215,4 +218,24 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         Verdict::Block(msg) => Err(CommandError::new(2, msg)),
         Verdict::Failed(msg) => Err(CommandError::new(ERROR, msg)),
     }
+}
+
+/// Starts `ckpt gc --auto` on `root`, detached (its own process group, no
+/// stdio, not waited for): it measures `.agent-runtime/` and collects only
+/// past the budget; the hook pays for the spawn alone, once an hour at most.
+/// What it does goes to `trace.jsonl`.
+fn start_auto_gc(root: &std::path::Path) {
+    use std::os::unix::process::CommandExt;
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let _ = std::process::Command::new(exe)
+        .arg("--workspace")
+        .arg(root)
+        .args(["gc", "--auto"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
 }

@@ -9,6 +9,7 @@ mod diff;
 mod doctor;
 pub mod error;
 mod exec;
+mod gc;
 mod hook;
 mod init;
 mod log;
@@ -90,6 +91,8 @@ enum Command {
     Recover(recover::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
     Verify(verify::Args),
+    /// Remove stored contents and artifacts no kept checkpoint needs (retention in config.toml)
+    Gc(gc::Args),
     /// For each agent: are ckpt's hooks where it reads them, will it run them, when did they fire
     Doctor(doctor::Args),
     /// After damage: keep every intact record and blob, move damaged bytes aside, leave a ledger that verifies
@@ -382,6 +385,7 @@ pub fn main() -> i32 {
         Command::Compensate(a) => compensate::run(&mut ui, &ctx, a),
         Command::Recover(a) => recover::run(&mut ui, &ctx, a),
         Command::Verify(a) => verify::run(&mut ui, &ctx, a),
+        Command::Gc(a) => gc::run(&mut ui, &ctx, a),
         Command::Doctor(a) => doctor::run(&mut ui, &ctx, a),
         Command::Repair(a) => repair::run(&mut ui, &ctx, a),
         Command::Demo(a) => demo::run(&mut ui, &ctx, a),

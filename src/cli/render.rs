@@ -103,6 +103,7 @@ pub fn describe(r: &Record) -> (&'static str, String) {
                 ckpt::record::ActionType::RollbackFiles => "rollback",
                 ckpt::record::ActionType::RestoreSession => "restore-session",
                 ckpt::record::ActionType::Compensate => "compensate",
+                ckpt::record::ActionType::Gc => "gc",
             };
             let mut s = format!(
                 "{} {ty} {}",
@@ -112,6 +113,7 @@ pub fn describe(r: &Record) -> (&'static str, String) {
             if let Some(t) = a.target.as_object().filter(|t| !t.is_empty()) {
                 let what: Vec<String> = t
                     .iter()
+                    .filter(|(_, v)| !v.is_null())
                     .map(|(k, v)| {
                         format!(
                             "{k} {}",

@@ -31,7 +31,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     let id = args.id.as_str();
     let mut found: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
+    let mut horizon = 0;
     let read = ws.ledger().scan(|raw, rec| {
+        if matches!(&rec.body, Body::Action(a) if a.action_type == ckpt::record::ActionType::Gc) {
+            horizon = horizon.max(ckpt::gc::horizon(std::slice::from_ref(&rec)));
+        }
         if matches(&rec, id) {
             found.push((raw.to_vec(), rec));
         }
@@ -68,8 +72,14 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             } else {
                 ckpt::patch::Binary::Summary
             };
-            let d = ckpt::call::patch_diff(&ws, p, binary)
-                .unwrap_or_else(|e| format!("(patch artifact unavailable: {e})\n").into_bytes());
+            let d = ckpt::call::patch_diff(&ws, p, binary).unwrap_or_else(|e| {
+                if r.seq <= horizon {
+                    format!("(diff collected by `ckpt gc`: it kept the history after seq {horizon} only)\n")
+                } else {
+                    format!("(patch artifact unavailable: {e})\n")
+                }
+                .into_bytes()
+            });
             diffs.push((p.patch.clone(), d));
         }
     }

@@ -149,8 +149,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     }
     // What ckpt holds no copy of: a shell call that changes it cannot be undone.
     let unprotected = ckpt::scan::unprotected(&ws, &cfg);
+    // History `ckpt gc` collected: its changes are neither shown nor undoable.
+    let collected_upto = ckpt::gc::horizon(&read.records);
     if ui.json {
         ui.json(&serde_json::json!({
+            "collected_upto_seq": (collected_upto > 0).then_some(collected_upto),
             "hook_problems": hook_problems,
             "unprotected": unprotected,
             "agent_files": agent_files,
@@ -190,6 +193,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
                 calls.join(", ")
             ))?;
         }
+    }
+    if collected_upto > 0 {
+        ui.line(&format!(
+            "(history up to seq {collected_upto} was collected by `ckpt gc`: changes made before it are not shown and cannot be undone)"
+        ))?;
     }
     if !unprotected.is_empty() {
         ui.line(&format!(

@@ -16,13 +16,19 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         for w in &report.warnings {
             ui.line(&format!("warning: {}: {}", where_(w), w.problem))?;
         }
-        let summary = format!(
+        let mut summary = format!(
             "{} records, {} blobs, {} patches, {} checkpoints checked",
             report.records,
             report.blobs_checked,
             report.patches_checked,
             report.checkpoints_checked
         );
+        if report.collected > 0 {
+            summary.push_str(&format!(
+                "; {} contents and diffs of older history were collected by `ckpt gc` (by design)",
+                report.collected
+            ));
+        }
         if report.ok {
             ui.line(&format!("ok: {summary}"))?;
         } else {

@@ -1,0 +1,856 @@
+//! `ckpt gc`: removes the stored contents and artifacts that no kept
+//! checkpoint needs.
+//!
+//! **What is kept.** The checkpoints kept are the `keep` newest and, with an
+//! age, every one younger than it (without flags: `keep_checkpoints` and
+//! `keep_days` of `config.toml`). The *horizon* is the position of the oldest
+//! kept checkpoint, or of the last record older than the age if that comes
+//! first: rolling back to a kept checkpoint undoes only records after it, so
+//! every content a record after the horizon names stays, with its patch
+//! artifact. Before the horizon, what stays is what something open or
+//! current needs: a pending conflict's three contents and patch, every record
+//! of a call in doubt or of an unfinished action, the user's versions that a
+//! rollback or resolve stored (for `keep_days` whatever the flags), the last
+//! content the ledger knows for every path (a later `user_edit` names it as
+//! its before), and every content a snapshot of the tree names (a shell
+//! call's before). A content stored or found again within the last hour
+//! ([`GRACE_MS`]) is never removed: a hook may be about to name it (a found
+//! copy has its mtime refreshed, as git freshens objects for `git prune`).
+//!
+//! **What goes.** Blobs no root names, patch artifacts and compensation
+//! outputs of ids no root names; checkpoint files and ledger records stay
+//! (checkpoint files anchor the ledger; records are the history). A run that
+//! removes anything is an action (`type: "gc"`): its plan (the horizon and
+//! the cutoff of user versions) is recorded before the first file goes, its
+//! outcome after the last, so `verify` tells content collected by design (a
+//! blob only records at or before a recorded horizon name) from content lost,
+//! a crash in between is finished by `ckpt recover` (the plan again: removal
+//! is idempotent), and a rollback that would need collected content says so.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::fd::{AsFd, OwnedFd};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::Config;
+use crate::fs_util::{self, FsError};
+use crate::hash::ContentHash;
+use crate::paths::RelPath;
+use crate::record::{
+    ActionRecord, ActionStatus, ActionType, Body, Draft, PatchSource, Record, Resolution,
+};
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// Contents stored or found this recently are never removed (ms).
+pub const GRACE_MS: u64 = 60 * 60 * 1000;
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What to keep.
+#[derive(Debug, Clone, Default)]
+pub struct GcOptions {
+    /// Keep the N newest checkpoints (default: `keep_checkpoints`).
+    pub keep: Option<u64>,
+    /// Keep every checkpoint and call younger than this (ms; default:
+    /// `keep_days`).
+    pub older_than_ms: Option<u64>,
+    /// Plan and report; remove nothing.
+    pub dry_run: bool,
+}
+
+/// Files and bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counted {
+    /// How many files.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+impl Counted {
+    fn add(&mut self, bytes: u64) {
+        self.files += 1;
+        self.bytes += bytes;
+    }
+}
+
+/// What `gc` did (or, dry, would do).
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    /// The action recorded; `None` on a dry run or when nothing went.
+    pub action: Option<String>,
+    /// Nothing was removed.
+    pub dry_run: bool,
+    /// Records at or before this seq may have lost their contents.
+    pub horizon_seq: u64,
+    /// Checkpoints a rollback can still go back to, oldest first.
+    pub kept_checkpoints: Vec<String>,
+    /// Checkpoints older than the horizon: no longer restorable.
+    pub collected_checkpoints: Vec<String>,
+    /// Blobs removed.
+    pub blobs: Counted,
+    /// Patch artifacts removed.
+    pub patches: Counted,
+    /// Compensation outputs removed.
+    pub outputs: Counted,
+    /// Blobs kept.
+    pub kept_blobs: Counted,
+}
+
+impl GcReport {
+    /// Bytes removed in all.
+    pub fn bytes(&self) -> u64 {
+        self.blobs.bytes + self.patches.bytes + self.outputs.bytes
+    }
+}
+
+/// What must stay: contents, patch ids and call/action ids (outputs).
+#[derive(Debug, Default)]
+pub(crate) struct Needed {
+    pub hashes: HashSet<ContentHash>,
+    pub patches: HashSet<String>,
+    pub ids: HashSet<String>,
+}
+
+/// The newest horizon any recorded gc used (0: none ran).
+pub fn horizon(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Action(a) if a.action_type == ActionType::Gc => a
+                .plan
+                .as_ref()
+                .and_then(|p| p.get("horizon_seq"))
+                .and_then(Value::as_u64),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Every `sha256:` content hash in a JSON value (an action's plan).
+fn hashes_in(v: &Value, out: &mut HashSet<ContentHash>) {
+    match v {
+        Value::String(s) if s.starts_with("sha256:") => {
+            if let Ok(h) = s.parse() {
+                out.insert(h);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| hashes_in(x, out)),
+        Value::Object(m) => m.values().for_each(|x| hashes_in(x, out)),
+        _ => {}
+    }
+}
+
+fn record_needs(r: &Record, n: &mut Needed) {
+    match &r.body {
+        Body::FilePatch(p) => {
+            n.hashes.extend(p.before_hash);
+            n.hashes.extend(p.after_hash);
+            n.patches.insert(p.patch.clone());
+            n.ids.insert(p.call.clone());
+        }
+        Body::UserEdit(u) => {
+            n.hashes.extend(u.before_hash);
+            n.hashes.extend(u.after_hash);
+        }
+        Body::Conflict(c) => {
+            n.hashes.extend(c.base_ref);
+            n.hashes.extend(c.agent_ref);
+            n.hashes.extend(c.current_ref);
+            n.patches
+                .extend(c.agent_patch_ref.as_deref().and_then(patch_id));
+            n.patches.extend(c.patches.iter().cloned());
+        }
+        Body::Action(a) => {
+            a.plan.iter().for_each(|p| hashes_in(p, &mut n.hashes));
+            a.outcome.iter().for_each(|p| hashes_in(p, &mut n.hashes));
+            n.ids.insert(a.action.clone());
+        }
+        Body::ToolCall(c) => {
+            n.ids.insert(c.call.clone());
+        }
+        _ => {}
+    }
+}
+
+fn patch_id(r: &str) -> Option<String> {
+    r.strip_prefix("artifacts/patches/")?
+        .strip_suffix(".diff")
+        .map(str::to_string)
+}
+
+/// What the ledger's records need kept, with `horizon` and the cutoff of
+/// the user's stored versions (ms since the epoch): see the module doc.
+/// (Snapshots and the grace period are added by the caller.)
+pub(crate) fn needed(records: &[Record], horizon: u64, backup_cutoff_ms: u64) -> Needed {
+    let mut n = Needed::default();
+    let open_calls = crate::recover::calls_in_doubt(records);
+    let open_actions: HashSet<String> = crate::recover::unfinished_actions(records)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let pending: HashSet<String> = crate::conflict::list(records)
+        .into_iter()
+        .filter(|c| c.resolution == Resolution::Pending)
+        .map(|c| c.conflict)
+        .collect();
+    // The last content the ledger knows of each path.
+    let mut last: HashMap<&RelPath, Option<ContentHash>> = HashMap::new();
+    for r in records {
+        let young = || crate::ids::parse_rfc3339(&r.ts).is_some_and(|t| t >= backup_cutoff_ms);
+        match &r.body {
+            Body::FilePatch(p) => {
+                if let Some(f) = &p.from_path {
+                    last.insert(f, None);
+                }
+                last.insert(&p.path, p.after_hash);
+            }
+            Body::UserEdit(u) => {
+                last.insert(&u.path, u.after_hash);
+            }
+            _ => {}
+        }
+        if r.seq > horizon {
+            record_needs(r, &mut n);
+            continue;
+        }
+        let open = match &r.body {
+            Body::FilePatch(p) => open_calls.contains(&p.call) || open_actions.contains(&p.call),
+            Body::ToolCall(c) => open_calls.contains(&c.call),
+            Body::Action(a) => open_actions.contains(&a.action),
+            Body::Conflict(c) => pending.contains(&c.conflict),
+            _ => false,
+        };
+        if open {
+            record_needs(r, &mut n);
+            continue;
+        }
+        // The user's versions that rollbacks and resolves stored.
+        match &r.body {
+            Body::FilePatch(p) if p.source == PatchSource::Rollback && young() => {
+                n.hashes.extend(p.before_hash);
+            }
+            Body::Conflict(c) if young() => n.hashes.extend(c.current_ref),
+            _ => {}
+        }
+    }
+    n.hashes.extend(last.into_values().flatten());
+    n
+}
+
+/// Parses `30d`, `12h`, `90m`, `45s`, `2w` into milliseconds.
+pub fn parse_duration(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let ms = match unit {
+        "s" => 1000,
+        "m" | "min" => 60 * 1000,
+        "h" => 60 * 60 * 1000,
+        "d" => DAY_MS,
+        "w" => 7 * DAY_MS,
+        _ => return None,
+    };
+    n.checked_mul(ms)
+}
+
+/// `30d`, `12h`, `90m`, `45s`: the largest unit that divides `ms`.
+pub fn format_duration(ms: u64) -> String {
+    for (unit, len) in [
+        ("w", 7 * DAY_MS),
+        ("d", DAY_MS),
+        ("h", 3_600_000),
+        ("m", 60_000),
+    ] {
+        if ms >= len && ms.is_multiple_of(len) {
+            return format!("{}{unit}", ms / len);
+        }
+    }
+    format!("{}s", ms / 1000)
+}
+
+/// The horizon and the checkpoints kept and collected.
+fn choose(
+    records: &[Record],
+    keep: u64,
+    older_than_ms: Option<u64>,
+    now_ms: u64,
+) -> (u64, Vec<String>, Vec<String>) {
+    let tail = records.last().map_or(0, |r| r.seq);
+    let cks: Vec<(&str, u64, u64)> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Checkpoint(c) => Some((
+                c.checkpoint.as_str(),
+                c.upto_seq,
+                crate::ids::parse_rfc3339(&r.ts).unwrap_or(0),
+            )),
+            _ => None,
+        })
+        .collect();
+    let cutoff = older_than_ms.map(|d| now_ms.saturating_sub(d));
+    let newest_from = cks.len().saturating_sub(keep as usize);
+    let kept_by_rule = |i: usize, ts: u64| i >= newest_from || cutoff.is_some_and(|c| ts >= c);
+    let mut horizon = cks
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| kept_by_rule(*i, c.2))
+        .map(|(_, c)| c.1)
+        .min()
+        .unwrap_or(tail);
+    if let Some(c) = cutoff
+        && let Some(first_young) = records
+            .iter()
+            .find(|r| crate::ids::parse_rfc3339(&r.ts).is_some_and(|t| t >= c))
+    {
+        horizon = horizon.min(first_young.seq - 1);
+    }
+    let (kept, collected): (Vec<&(&str, u64, u64)>, Vec<_>) =
+        cks.iter().partition(|c| c.1 >= horizon);
+    (
+        horizon,
+        kept.iter().map(|c| c.0.to_string()).collect(),
+        collected.iter().map(|c| c.0.to_string()).collect(),
+    )
+}
+
+/// One file to remove: its directory (relative to `artifacts/`), name, size.
+#[derive(Debug, Clone)]
+struct Doomed {
+    dir: String,
+    name: String,
+    size: u64,
+}
+
+/// The files of `dir` (names, sizes, mtimes in ms); missing: none.
+fn files_of(dir: &OwnedFd) -> Result<Vec<(String, u64, u64)>, std::io::Error> {
+    let mut out = Vec::new();
+    let mut it = rustix::fs::Dir::read_from(dir)?;
+    for ent in it.by_ref() {
+        let ent = ent?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if let Ok(st) = crate::sys::lstat_at(dir, name.as_str())
+            && st.is_file()
+        {
+            let mtime_ms = (st.mtime_ns().max(0) as u64) / 1_000_000;
+            out.push((name, st.size, mtime_ms));
+        }
+    }
+    Ok(out)
+}
+
+fn open_sub(parent: &OwnedFd, name: &str) -> Result<Option<OwnedFd>, std::io::Error> {
+    match fs_util::open_dir(parent.as_fd(), name) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The plan: what goes, under `needed` and the grace period.
+struct Plan {
+    doomed: Vec<Doomed>,
+    blobs: Counted,
+    patches: Counted,
+    outputs: Counted,
+    kept_blobs: Counted,
+}
+
+fn plan_files(ws: &Workspace, n: &Needed, now_ms: u64) -> Result<Plan, WorkspaceError> {
+    let io =
+        |what: &str, e: std::io::Error| FsError::new("list", format!(".agent-runtime/{what}"), e);
+    let mut p = Plan {
+        doomed: Vec::new(),
+        blobs: Counted::default(),
+        patches: Counted::default(),
+        outputs: Counted::default(),
+        kept_blobs: Counted::default(),
+    };
+    let Some(art) = open_sub(ws.runtime_dir(), "artifacts").map_err(|e| io("artifacts", e))? else {
+        return Ok(p);
+    };
+    let old = |mtime: u64| mtime.saturating_add(GRACE_MS) <= now_ms;
+    if let Some(blobs) = open_sub(&art, "blobs").map_err(|e| io("artifacts/blobs", e))? {
+        let mut fans: Vec<String> = Vec::new();
+        let mut it =
+            rustix::fs::Dir::read_from(&blobs).map_err(|e| io("artifacts/blobs", e.into()))?;
+        for ent in it.by_ref() {
+            let ent = ent.map_err(|e| io("artifacts/blobs", e.into()))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+                fans.push(name);
+            }
+        }
+        fans.sort();
+        for fan in fans {
+            let what = format!("artifacts/blobs/{fan}");
+            let Some(d) = open_sub(&blobs, &fan).map_err(|e| io(&what, e))? else {
+                continue;
+            };
+            for (name, size, mtime) in files_of(&d).map_err(|e| io(&what, e))? {
+                let h = ContentHash::from_hex(&format!("{fan}{name}"));
+                if h.is_some_and(|h| n.hashes.contains(&h)) || !old(mtime) {
+                    p.kept_blobs.add(size);
+                    continue;
+                }
+                p.blobs.add(size);
+                p.doomed.push(Doomed {
+                    dir: format!("blobs/{fan}"),
+                    name,
+                    size,
+                });
+            }
+        }
+    }
+    for (sub, keep, count) in [
+        ("patches", &n.patches, &mut p.patches),
+        ("outputs", &n.ids, &mut p.outputs),
+    ] {
+        let what = format!("artifacts/{sub}");
+        let Some(d) = open_sub(&art, sub).map_err(|e| io(&what, e))? else {
+            continue;
+        };
+        for (name, size, mtime) in files_of(&d).map_err(|e| io(&what, e))? {
+            let id = name.split('.').next().unwrap_or_default();
+            if keep.contains(id) || !old(mtime) {
+                continue;
+            }
+            count.add(size);
+            p.doomed.push(Doomed {
+                dir: sub.to_string(),
+                name,
+                size,
+            });
+        }
+    }
+    Ok(p)
+}
+
+/// Every content a snapshot of the tree names (the current one and each
+/// open call's): a shell call's before. An unreadable snapshot names
+/// nothing (no hook can use it either: it walks anew).
+fn snapshot_hashes(ws: &Workspace, out: &mut HashSet<ContentHash>) {
+    for s in crate::scan::all_snapshots(ws) {
+        out.extend(s.entries.iter().filter_map(|(_, e)| e.hash));
+    }
+}
+
+/// Every `sha256:<hex>` in the files of `state/` (what open calls' pre
+/// hooks saw, the pending action's marker) and `conflicts/`.
+fn state_hashes(ws: &Workspace, out: &mut HashSet<ContentHash>) -> Result<(), WorkspaceError> {
+    let mut dirs: Vec<(String, OwnedFd)> = Vec::new();
+    for name in ["state", "conflicts"] {
+        if let Some(d) = open_sub(ws.runtime_dir(), name)
+            .map_err(|e| FsError::new("list", format!(".agent-runtime/{name}"), e))?
+        {
+            dirs.push((name.to_string(), d));
+        }
+    }
+    let finder = memchr::memmem::Finder::new(b"sha256:");
+    while let Some((path, d)) = dirs.pop() {
+        let mut it = rustix::fs::Dir::read_from(&d)
+            .map_err(|e| FsError::new("list", format!(".agent-runtime/{path}"), e.into()))?;
+        for ent in it.by_ref() {
+            let Ok(ent) = ent else { continue };
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            match crate::sys::lstat_at(&d, name.as_str()) {
+                Ok(st) if st.is_dir() => {
+                    if let Ok(Some(sub)) = open_sub(&d, &name) {
+                        dirs.push((format!("{path}/{name}"), sub));
+                    }
+                }
+                Ok(st) if st.is_file() && st.size <= 64 << 20 => {
+                    let Ok((mut f, size)) =
+                        fs_util::open_regular_at_sized(d.as_fd(), name.as_ref())
+                    else {
+                        continue;
+                    };
+                    let Ok(bytes) = fs_util::read_to_end_sized(&mut f, size) else {
+                        continue;
+                    };
+                    for at in finder.find_iter(&bytes) {
+                        if let Some(hex) = bytes.get(at + 7..at + 7 + 64)
+                            && let Some(h) = std::str::from_utf8(hex)
+                                .ok()
+                                .and_then(ContentHash::from_hex)
+                        {
+                            out.insert(h);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Plans (and, unless dry, carries out) a collection; see the module doc.
+pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, WorkspaceError> {
+    let _lock = crate::action::ActionLock::take(ws)?;
+    // What the tree's snapshots and open calls name is read before the
+    // ledger: a record appended after the ledger is read names contents
+    // that these hold, or that were stored or found since (fresh).
+    let mut current = HashSet::new();
+    snapshot_hashes(ws, &mut current);
+    state_hashes(ws, &mut current)?;
+    drop(ws.ledger().lock()?);
+    let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
+    let read = ws.read_ledger()?;
+    ws.refuse_damaged(&read, head, "ckpt collects nothing", None)?;
+    refuse_unknown(&read.records)?;
+    // A rollback a crash cut short is finished first (it may need what
+    // would otherwise look collectable), and so is an earlier gc.
+    let mut records = read.records;
+    if !opts.dry_run {
+        let mut again = crate::rollback::finish_interrupted_locked(ws)?.is_some();
+        for (id, ty) in crate::recover::unfinished_actions(&records) {
+            if ty == ActionType::Gc {
+                finish(ws, &records, &id)?;
+                again = true;
+            }
+        }
+        if again {
+            records = ws.read_ledger()?.records;
+        }
+    }
+    let now = ws.clock().now_ms();
+    // Flags replace the configured retention for this run, both at once:
+    // `--keep 2` alone keeps two checkpoints whatever their age.
+    let (keep, older) = match (opts.keep, opts.older_than_ms) {
+        (None, None) => (
+            cfg.keep_checkpoints,
+            Some(cfg.keep_days.saturating_mul(DAY_MS)),
+        ),
+        (k, d) => (k.unwrap_or(0), d),
+    };
+    let (horizon, kept, collected) = choose(&records, keep, older, now);
+    let backup_cutoff = now.saturating_sub(cfg.keep_days.saturating_mul(DAY_MS));
+    let mut report = GcReport {
+        action: None,
+        dry_run: opts.dry_run,
+        horizon_seq: horizon,
+        kept_checkpoints: kept,
+        collected_checkpoints: collected,
+        blobs: Counted::default(),
+        patches: Counted::default(),
+        outputs: Counted::default(),
+        kept_blobs: Counted::default(),
+    };
+    let plan = plan_with(ws, &records, horizon, backup_cutoff, now, current)?;
+    report.blobs = plan.blobs;
+    report.patches = plan.patches;
+    report.outputs = plan.outputs;
+    report.kept_blobs = plan.kept_blobs;
+    if opts.dry_run || plan.doomed.is_empty() {
+        return Ok(report);
+    }
+    let action = ws.clock().new_id("act_");
+    let target = json!({
+        "keep": opts.keep,
+        "older_than": opts.older_than_ms.map(format_duration),
+    });
+    let plan_json = json!({
+        "horizon_seq": horizon,
+        "backup_cutoff": crate::ids::rfc3339(backup_cutoff),
+        "kept_checkpoints": report.kept_checkpoints,
+        "collected_checkpoints": report.collected_checkpoints,
+        "blobs": report.blobs,
+        "patches": report.patches,
+        "outputs": report.outputs,
+    });
+    append(
+        ws,
+        &action,
+        ActionStatus::Started,
+        target,
+        Some(plan_json),
+        None,
+    )?;
+    crate::failpoint::hit("gc.after_plan").map_err(|e| FsError::new("gc", "ledger.jsonl", e))?;
+    let removed = remove(ws, &plan.doomed, now)?;
+    append(
+        ws,
+        &action,
+        ActionStatus::Succeeded,
+        Value::Null,
+        None,
+        Some(json!({"removed": removed.files, "bytes": removed.bytes})),
+    )?;
+    report.action = Some(action);
+    Ok(report)
+}
+
+fn refuse_unknown(records: &[Record]) -> Result<(), WorkspaceError> {
+    if let Some(kind) = records.iter().find_map(|r| match &r.body {
+        Body::Unknown { kind } => Some(kind),
+        _ => None,
+    }) {
+        return Err(WorkspaceError::NotApplicable(format!(
+            "the ledger holds `{kind}` records, which this ckpt does not know: it cannot tell what they need kept, so it collects nothing; run gc with the ckpt that wrote them"
+        )));
+    }
+    Ok(())
+}
+
+fn plan_with(
+    ws: &Workspace,
+    records: &[Record],
+    horizon: u64,
+    backup_cutoff: u64,
+    now: u64,
+    current: HashSet<ContentHash>,
+) -> Result<Plan, WorkspaceError> {
+    let mut n = needed(records, horizon, backup_cutoff);
+    n.hashes.extend(current);
+    plan_files(ws, &n, now)
+}
+
+/// Removes `doomed`, each only if it is still past the grace period (a hook
+/// may have found and freshened a copy since the plan: it stays).
+fn remove(ws: &Workspace, doomed: &[Doomed], now: u64) -> Result<Counted, WorkspaceError> {
+    let art = fs_util::open_dir(ws.runtime_dir().as_fd(), "artifacts")
+        .map_err(|e| FsError::new("open", ".agent-runtime/artifacts", e))?;
+    let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
+    let mut done = Counted::default();
+    for (i, d) in doomed.iter().enumerate() {
+        if !dirs.contains_key(d.dir.as_str()) {
+            match fs_util::open_dir(art.as_fd(), &d.dir) {
+                Ok(fd) => {
+                    dirs.insert(&d.dir, fd);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(FsError::new(
+                        "open",
+                        format!(".agent-runtime/artifacts/{}", d.dir),
+                        e,
+                    )
+                    .into());
+                }
+            }
+        }
+        let dir = &dirs[d.dir.as_str()];
+        let fresh = crate::sys::lstat_at(dir, d.name.as_str()).is_ok_and(|st| {
+            (st.mtime_ns().max(0) as u64 / 1_000_000).saturating_add(GRACE_MS) > now
+        });
+        if fresh {
+            continue;
+        }
+        match rustix::fs::unlinkat(dir, d.name.as_str(), rustix::fs::AtFlags::empty()) {
+            Ok(()) => done.add(d.size),
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => {
+                return Err(FsError::new(
+                    "remove",
+                    format!(".agent-runtime/artifacts/{}/{}", d.dir, d.name),
+                    e.into(),
+                )
+                .into());
+            }
+        }
+        if i == 0 {
+            crate::failpoint::hit("gc.after_first_removal")
+                .map_err(|e| FsError::new("gc", "artifacts", e))?;
+        }
+    }
+    Ok(done)
+}
+
+fn append(
+    ws: &Workspace,
+    action: &str,
+    status: ActionStatus,
+    target: Value,
+    plan: Option<Value>,
+    outcome: Option<Value>,
+) -> Result<(), WorkspaceError> {
+    let draft = Draft::new(Body::Action(ActionRecord {
+        action: action.to_string(),
+        action_type: ActionType::Gc,
+        status,
+        target,
+        plan,
+        outcome,
+    }));
+    ws.ledger().lock()?.append(&[draft])?;
+    Ok(())
+}
+
+/// Finishes a gc a crash cut short (called by `recover`, which holds the
+/// action lock): its recorded plan is carried out again (removal is
+/// idempotent, and records appended since only add to what is kept), then
+/// its end is recorded. Returns how many files went now.
+pub(crate) fn finish(
+    ws: &Workspace,
+    records: &[Record],
+    action: &str,
+) -> Result<Counted, WorkspaceError> {
+    let plan = records.iter().rev().find_map(|r| match &r.body {
+        Body::Action(a) if a.action == action && a.status == ActionStatus::Started => {
+            a.plan.clone()
+        }
+        _ => None,
+    });
+    let horizon = plan
+        .as_ref()
+        .and_then(|p| p.get("horizon_seq"))
+        .and_then(Value::as_u64);
+    let cutoff = plan
+        .as_ref()
+        .and_then(|p| p.get("backup_cutoff"))
+        .and_then(Value::as_str)
+        .and_then(crate::ids::parse_rfc3339);
+    let removed = match (horizon, cutoff) {
+        (Some(h), Some(c)) => {
+            // (The caller read `records` after this: a record appended
+            // since names what is current or fresh, as in `gc`.)
+            let mut current = HashSet::new();
+            snapshot_hashes(ws, &mut current);
+            state_hashes(ws, &mut current)?;
+            let now = ws.clock().now_ms();
+            let p = plan_with(ws, records, h, c, now, current)?;
+            remove(ws, &p.doomed, now)?
+        }
+        _ => Counted::default(),
+    };
+    append(
+        ws,
+        action,
+        ActionStatus::Succeeded,
+        Value::Null,
+        None,
+        Some(json!({"removed": removed.files, "bytes": removed.bytes, "finished_by": "recover"})),
+    )?;
+    Ok(removed)
+}
+
+/// The patches of `picked` whose contents were collected (at or before a
+/// recorded horizon, a side missing from the store): a rollback cannot
+/// undo them. Returns the first such patch's call and the horizon.
+pub(crate) fn collected_patch<'p>(
+    ws: &Workspace,
+    records: &[Record],
+    seq_of: &dyn Fn(&str) -> u64,
+    picked: impl IntoIterator<Item = &'p crate::record::FilePatch>,
+) -> Option<(&'p crate::record::FilePatch, u64)> {
+    let h = horizon(records);
+    if h == 0 {
+        return None;
+    }
+    picked
+        .into_iter()
+        .find(|p| {
+            seq_of(&p.patch) <= h
+                && [p.before_hash, p.after_hash]
+                    .iter()
+                    .flatten()
+                    .any(|x| !ws.blobs().contains(x))
+        })
+        .map(|p| (p, h))
+}
+
+/// The sizes of the parts of `.agent-runtime/` (bytes): the whole, for
+/// `--auto`'s budget. Counts regular files only.
+pub fn runtime_bytes(ws: &Workspace) -> u64 {
+    use rustix::fs::{Mode, OFlags};
+    let mut total = 0u64;
+    let mut dirs: Vec<OwnedFd> = Vec::new();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if let Ok(d) = rustix::fs::openat(ws.runtime_dir(), ".", flags, Mode::empty()) {
+        dirs.push(d);
+    }
+    while let Some(d) = dirs.pop() {
+        let Ok(mut it) = rustix::fs::Dir::read_from(&d) else {
+            continue;
+        };
+        for ent in it.by_ref().flatten() {
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            match crate::sys::lstat_at(&d, name.as_str()) {
+                Ok(st) if st.is_dir() => {
+                    if let Ok(sub) = fs_util::open_dir(d.as_fd(), &name) {
+                        dirs.push(sub);
+                    }
+                }
+                Ok(st) if st.is_file() => total += st.size,
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+/// How often a prompt hook may start `ckpt gc --auto` (ms).
+pub const AUTO_EVERY_MS: u64 = 60 * 60 * 1000;
+
+/// True when a `ckpt gc --auto` is due (a prompt hook asks; `--auto`
+/// itself checks the budget): the mark `state/gc.checked` is missing or
+/// older than [`AUTO_EVERY_MS`]. Due, the mark is renewed first, so hooks
+/// racing each other start one. One `stat` when not due.
+pub fn auto_due(ws: &Workspace, cfg: &Config) -> bool {
+    if cfg.max_runtime_bytes == 0 {
+        return false;
+    }
+    let Ok(state) = ws.state_dir() else {
+        return false;
+    };
+    let now = ws.clock().now_ms();
+    let fresh = crate::sys::lstat_at(&state, "gc.checked").is_ok_and(|st| {
+        (st.mtime_ns().max(0) as u64 / 1_000_000).saturating_add(AUTO_EVERY_MS) > now
+    });
+    if fresh {
+        return false;
+    }
+    let tmp = fs_util::temp_name(".gc-checked-");
+    let renewed = fs_util::create_excl(state.as_fd(), tmp.as_ref(), 0o600).and_then(|_| {
+        rustix::fs::renameat(&state, tmp.as_str(), &state, "gc.checked").map_err(Into::into)
+    });
+    if renewed.is_err() {
+        let _ = rustix::fs::unlinkat(&state, tmp.as_str(), rustix::fs::AtFlags::empty());
+    }
+    renewed.is_ok()
+}
+
+/// Checkpoint ids a rollback can no longer reach (older than a recorded
+/// horizon), for messages.
+pub(crate) fn collected_checkpoints(records: &[Record]) -> BTreeSet<String> {
+    let h = horizon(records);
+    records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Checkpoint(c) if c.upto_seq < h => Some(c.checkpoint.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_their_units_and_bad_ones_do_not() {
+        assert_eq!(parse_duration("30d"), Some(30 * DAY_MS));
+        assert_eq!(parse_duration("12h"), Some(12 * 3600 * 1000));
+        assert_eq!(parse_duration("90m"), Some(90 * 60 * 1000));
+        assert_eq!(parse_duration("2w"), Some(14 * DAY_MS));
+        assert_eq!(parse_duration("45s"), Some(45_000));
+        for d in ["30d", "2w", "12h", "90m", "45s"] {
+            assert_eq!(format_duration(parse_duration(d).unwrap()), d);
+        }
+        for bad in ["", "d", "30", "3x", "-1d", "1.5d", "99999999999999999999d"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}
