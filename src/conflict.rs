@@ -21,16 +21,7 @@ use crate::writeback::{self, PathState};
 
 /// Every conflict in its latest state, in the order they were raised.
 pub fn list(records: &[Record]) -> Vec<ConflictRecord> {
-    let mut out: Vec<ConflictRecord> = Vec::new();
-    for r in records {
-        if let Body::Conflict(c) = &r.body {
-            match out.iter_mut().find(|x| x.conflict == c.conflict) {
-                Some(x) => *x = c.clone(),
-                None => out.push(c.clone()),
-            }
-        }
-    }
-    out
+    crate::open::conflicts(records)
 }
 
 /// How to settle a conflict.

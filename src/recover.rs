@@ -33,8 +33,8 @@ use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
 use crate::paths::RelPath;
 use crate::record::{
-    ActionStatus, ActionType, Body, CallStatus, ConflictRecord, Draft, FilePatch, Idempotency,
-    PatchSource, Record, ReplayPolicy, Resolution, ToolCall,
+    ActionType, Body, CallStatus, ConflictRecord, Draft, FilePatch, Idempotency, PatchSource,
+    Record, ReplayPolicy, Resolution, ToolCall,
 };
 use crate::rollback;
 use crate::workspace::{Workspace, WorkspaceError};
@@ -449,34 +449,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     })
 }
 
-/// The calls in doubt: started and never ended (or still running), or
-/// ended by ckpt with their outcome unknown.
-pub(crate) fn calls_in_doubt(records: &[Record]) -> std::collections::HashSet<String> {
-    let (calls, _) = collect_calls(records);
-    calls
-        .into_iter()
-        .filter(|(_, ci)| match ci.last.status {
-            CallStatus::Succeeded => false,
-            CallStatus::Failed => ci.last.outcome_unknown,
-            _ => true,
-        })
-        .map(|(id, _)| id)
-        .collect()
-}
-
-/// Actions with a `started` record and no end, oldest first.
-pub fn unfinished_actions(records: &[Record]) -> Vec<(String, ActionType)> {
-    let mut open: Vec<(String, ActionType)> = Vec::new();
-    for r in records {
-        if let Body::Action(a) = &r.body {
-            match a.status {
-                ActionStatus::Started => open.push((a.action.clone(), a.action_type)),
-                _ => open.retain(|(id, _)| *id != a.action),
-            }
-        }
-    }
-    open
-}
+pub use crate::open::unfinished_actions;
 
 /// Every call with its records, in the order of its first record, and for
 /// every path the seq of the last record that touched it (patch or user edit).

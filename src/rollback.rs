@@ -530,7 +530,7 @@ fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, Wo
             // `ckpt gc` horizon have lost their contents.
             let upto = from
                 .map(|(s, _)| s)
-                .unwrap_or_else(|| crate::gc::horizon(records));
+                .unwrap_or_else(|| crate::retention::horizon(records));
             out.undo = live
                 .iter()
                 .filter(|(r, _)| r.seq > upto)
@@ -1422,13 +1422,15 @@ fn plan(
     let seq = patch_seqs(records);
     let at = |id: &str| seq.get(id).copied().unwrap_or(0);
     if let Some((p, h)) =
-        crate::gc::collected_patch(ws, records, &at, undo.iter().chain(redo.iter()).copied())
+        crate::retention::collected_patch(ws, records, &at, undo.iter().chain(redo.iter()).copied())
     {
         return Err(WorkspaceError::Collected(
             match opts.selector.checkpoint() {
-                Some(ck) if crate::gc::collected_checkpoints(records).contains(ck) => format!(
-                    "checkpoint {ck} is older than what `ckpt gc` kept (it collected the contents of the history up to seq {h}); roll back to a kept checkpoint instead (`ckpt gc --dry-run` lists them)"
-                ),
+                Some(ck) if crate::retention::collected_checkpoints(records).contains(ck) => {
+                    format!(
+                        "checkpoint {ck} is older than what `ckpt gc` kept (it collected the contents of the history up to seq {h}); roll back to a kept checkpoint instead (`ckpt gc --dry-run` lists them)"
+                    )
+                }
                 _ => format!(
                     "the contents of call {}'s change to `{}` were collected by `ckpt gc` (history up to seq {h}): it can no longer be undone; narrow the rollback with --path, or pick a later call",
                     p.call, p.path

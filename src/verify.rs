@@ -204,8 +204,9 @@ impl Workspace {
         // What `ckpt gc` may have removed by design: contents and artifacts
         // that only records at or before its horizon name, and nothing open
         // needs (`crate::gc`'s own rule, without the user versions' grace).
-        let horizon = crate::gc::horizon(&read.records);
-        let needed = (horizon > 0).then(|| crate::gc::needed(&read.records, horizon, u64::MAX));
+        let horizon = crate::retention::horizon(&read.records);
+        let needed =
+            (horizon > 0).then(|| crate::retention::needed(&read.records, horizon, u64::MAX));
         let collectable_blob =
             |h: &ContentHash| needed.as_ref().is_some_and(|n| !n.hashes.contains(h));
         let collectable_patch = |seq: u64, id: &str| {
