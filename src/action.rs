@@ -6,12 +6,12 @@
 
 use std::os::fd::AsFd;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::durable::Keep;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
-use crate::record::ConflictRecord;
+use crate::record::{ActionRecord, ActionStatus, ActionType, Body, ConflictRecord, Draft};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// Holds `state/action.lock` while an action plans and runs, so two rollbacks
@@ -75,4 +75,27 @@ pub(crate) fn remove_conflict_file(ws: &Workspace, id: &str) {
         );
         let _ = ws.durable().content_dir(&dir);
     }
+}
+
+/// Appends one step of action `action` (its `started` plan, or its end).
+pub(crate) fn append(
+    ws: &Workspace,
+    action_type: ActionType,
+    action: &str,
+    status: ActionStatus,
+    target: Value,
+    plan: Option<Value>,
+    outcome: Option<Value>,
+) -> Result<(), WorkspaceError> {
+    ws.ledger()
+        .lock()?
+        .append(&[Draft::new(Body::Action(ActionRecord {
+            action: action.to_string(),
+            action_type,
+            status,
+            target,
+            plan,
+            outcome,
+        }))])?;
+    Ok(())
 }

@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 
 use crate::action::ActionLock;
 use crate::fs_util::{self, FsError};
-use crate::record::{ActionRecord, ActionStatus, ActionType, Body, Draft, Record, ToolCall};
+use crate::record::{ActionStatus, ActionType, Body, Record, ToolCall};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The most output bytes kept per compensation run; the rest is counted only.
@@ -352,27 +352,6 @@ fn create_output(
     Ok((dir, f, format!("artifacts/outputs/{name}")))
 }
 
-fn append_action(
-    ws: &Workspace,
-    action: &str,
-    status: ActionStatus,
-    target: Value,
-    plan: Option<Value>,
-    outcome: Option<Value>,
-) -> Result<(), WorkspaceError> {
-    ws.ledger()
-        .lock()?
-        .append(&[Draft::new(Body::Action(ActionRecord {
-            action: action.to_string(),
-            action_type: ActionType::Compensate,
-            status,
-            target,
-            plan,
-            outcome,
-        }))])?;
-    Ok(())
-}
-
 fn failpoint(name: &str, call: &str) -> Result<(), WorkspaceError> {
     crate::failpoint::hit(name).map_err(|e| WorkspaceError::Io(FsError::new("compensate", call, e)))
 }
@@ -408,8 +387,9 @@ fn run(ws: &Workspace, report: &mut CompensateReport) -> Result<(), WorkspaceErr
         plan["forced_over"] = json!(report.forced_over);
     }
     failpoint("compensate.before_started", &call)?;
-    append_action(
+    crate::action::append(
         ws,
+        ActionType::Compensate,
         &action,
         ActionStatus::Started,
         target.clone(),
@@ -488,7 +468,15 @@ fn run(ws: &Workspace, report: &mut CompensateReport) -> Result<(), WorkspaceErr
     if let Some(r) = &report.retry_of {
         outcome["retry_of"] = json!(r);
     }
-    append_action(ws, &action, status, target, None, Some(outcome))?;
+    crate::action::append(
+        ws,
+        ActionType::Compensate,
+        &action,
+        status,
+        target,
+        None,
+        Some(outcome),
+    )?;
     report.status = if status == ActionStatus::Succeeded {
         CompensateStatus::Succeeded
     } else {

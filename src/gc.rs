@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use crate::config::Config;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
-use crate::record::{ActionRecord, ActionStatus, ActionType, Body, Draft, Record};
+use crate::record::{ActionStatus, ActionType, Body, Record};
 pub use crate::retention::horizon;
 use crate::retention::{Needed, needed};
 use crate::workspace::{Workspace, WorkspaceError};
@@ -431,8 +431,9 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
         "patches": report.patches,
         "outputs": report.outputs,
     });
-    append(
+    crate::action::append(
         ws,
+        ActionType::Gc,
         &action,
         ActionStatus::Started,
         target,
@@ -441,8 +442,9 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
     )?;
     crate::failpoint::hit("gc.after_plan").map_err(|e| FsError::new("gc", "ledger.jsonl", e))?;
     let removed = remove(ws, &plan.doomed, now)?;
-    append(
+    crate::action::append(
         ws,
+        ActionType::Gc,
         &action,
         ActionStatus::Succeeded,
         Value::Null,
@@ -529,26 +531,6 @@ fn remove(ws: &Workspace, doomed: &[Doomed], now: u64) -> Result<Counted, Worksp
     Ok(done)
 }
 
-fn append(
-    ws: &Workspace,
-    action: &str,
-    status: ActionStatus,
-    target: Value,
-    plan: Option<Value>,
-    outcome: Option<Value>,
-) -> Result<(), WorkspaceError> {
-    let draft = Draft::new(Body::Action(ActionRecord {
-        action: action.to_string(),
-        action_type: ActionType::Gc,
-        status,
-        target,
-        plan,
-        outcome,
-    }));
-    ws.ledger().lock()?.append(&[draft])?;
-    Ok(())
-}
-
 /// Finishes a gc a crash cut short (called by `recover`, which holds the
 /// action lock): its recorded plan is carried out again (removal is
 /// idempotent, and records appended since only add to what is kept), then
@@ -586,8 +568,9 @@ pub(crate) fn finish(
         }
         _ => Counted::default(),
     };
-    append(
+    crate::action::append(
         ws,
+        ActionType::Gc,
         action,
         ActionStatus::Succeeded,
         Value::Null,
