@@ -71,11 +71,11 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             "ckpt warning: the command's changes will not be recorded: {msg}"
         ));
     }
-    let status = std::process::Command::new(&args.command[0])
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
-        .current_dir(std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf()))
-        .spawn()
-        .and_then(wait_forwarding);
+        .current_dir(std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf()));
+    let status = run_forwarding(&mut command);
     let (code, failure) = match &status {
         Ok(s) => match s.code() {
             Some(c) => (c, (c != 0).then(|| format!("exit status {c}"))),
@@ -118,13 +118,21 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     Ok(code)
 }
 
-/// Waits for the command, forwarding the signals meant to stop it: ckpt
-/// itself does not die of SIGINT, SIGTERM, SIGHUP or SIGQUIT while the
-/// command runs, so the command's changes are recorded when it ends. A
+/// Runs the command and waits for it, forwarding the signals meant to stop
+/// it: ckpt itself does not die of SIGINT, SIGTERM, SIGHUP or SIGQUIT while
+/// the command runs, so the command's changes are recorded when it ends. A
 /// signal the terminal sent (Ctrl-C, a hang-up) reached the command's
 /// process group already and is not sent twice; one another process sent to
 /// ckpt (`kill`, a supervisor) is passed on.
-fn wait_forwarding(mut child: std::process::Child) -> std::io::Result<std::process::ExitStatus> {
+///
+/// The handlers are in place before the command starts: a signal sent once
+/// the command has done anything (a supervisor reacting to its output) finds
+/// them, and is neither lost in the registration nor fatal to ckpt before the
+/// command's end is recorded. One that arrives before the command exists is
+/// passed on as soon as it does.
+fn run_forwarding(
+    command: &mut std::process::Command,
+) -> std::io::Result<std::process::ExitStatus> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
     use signal_hook::iterator::SignalsInfo;
     use signal_hook::iterator::exfiltrator::WithOrigin;
@@ -132,9 +140,16 @@ fn wait_forwarding(mut child: std::process::Child) -> std::io::Result<std::proce
     let mut signals = match SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT]) {
         Ok(s) => s,
         // Without handlers, a plain wait: the default actions stay.
-        Err(_) => return child.wait(),
+        Err(_) => return command.spawn()?.wait(),
     };
     let handle = signals.handle();
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            handle.close();
+            return Err(e);
+        }
+    };
     let pid = rustix::process::Pid::from_raw(child.id() as i32);
     let forwarder = std::thread::spawn(move || {
         for info in signals.forever() {
