@@ -525,7 +525,7 @@ fn pre(ws: &Workspace, cfg: &Config, ev: &HookEvent) -> Result<HookStats, HookEr
     ));
     let mut warnings = Vec::new();
     if scan {
-        warnings = record_while_walking(ws, cfg, &key, &drafts)?;
+        warnings = walk_then_record(ws, cfg, &key, &drafts)?;
     } else {
         after_snapshot()?;
         append(ws, &drafts)?;
@@ -562,58 +562,59 @@ fn after_snapshot() -> Result<(), WorkspaceError> {
         .map_err(|e| FsError::new("snapshot", ".agent-runtime/index", e).into())
 }
 
-/// A shell pre: the `started` record (`drafts`, which do not depend on the
-/// walk) is written first, the ledger's lock released, and synced after the
-/// walk together with the snapshot the walk saved
-/// ([`LedgerLock::write_then_sync`](crate::ledger::LedgerLock::write_then_sync)):
-/// one wait for both. Returns once both are durable. If the walk fails after the record
-/// was written, a `failed` record closes the call, so that it is never left
-/// in doubt.
-fn record_while_walking(
+/// A shell pre: the workspace is walked first (the command has not started:
+/// nothing the agent does can fall between the walk and the record), then
+/// the `started` record (`drafts`, which do not depend on the walk) is
+/// appended; the append syncs the snapshot the walk saved beside the
+/// ledger's own `fdatasync`: one wait for both. Returns once both are
+/// durable. If the walk fails, a `failed` record closes the call in the
+/// same append, so that it is never left in doubt.
+fn walk_then_record(
     ws: &Workspace,
     cfg: &Config,
     key: &str,
     drafts: &[Draft],
 ) -> Result<Vec<String>, WorkspaceError> {
-    let walk = || -> Result<Vec<crate::record::Unrecorded>, WorkspaceError> {
+    let walked = (|| -> Result<Vec<crate::record::Unrecorded>, WorkspaceError> {
         let (snap, skipped) = crate::scan::pre(ws, cfg, key)?;
         ws.dispose(snap);
         after_snapshot()?;
         Ok(skipped)
-    };
-    let written = ws.ledger().lock()?.write_then_sync(drafts)?;
-    let walked = walk();
-    written.sync()?;
-    let walked = walked.map(|skipped| first_use_warning(cfg, &skipped));
-    if let Err(e) = walked {
-        // The `started` record is the last draft; its call ends `failed`.
-        if let Some(Draft {
-            session,
-            body: Body::ToolCall(started),
-        }) = drafts.last()
-        {
-            let error = format!(
-                "ckpt could not take the workspace snapshot before this call: {}",
-                crate::error_line(&e)
-            );
-            let end = ToolCall::end(
-                started.call.clone(),
-                started.tool.clone(),
-                CallStatus::Failed,
-                Some(error),
-            );
-            let failed = ToolCall {
-                agent: started.agent.clone(),
-                ..end
-            };
-            let failed = Draft::in_session(session.clone(), Body::ToolCall(failed));
-            // (If this fails too, the call is left in doubt: `ckpt recover`
-            // says so.)
-            let _ = append(ws, &[failed]);
+    })();
+    let e = match walked {
+        Ok(skipped) => {
+            append(ws, drafts)?;
+            return Ok(first_use_warning(cfg, &skipped));
         }
-        return Err(e);
+        Err(e) => e,
+    };
+    // The `started` record is the last draft; its call ends `failed`.
+    let mut all = drafts.to_vec();
+    if let Some(Draft {
+        session,
+        body: Body::ToolCall(started),
+    }) = drafts.last()
+    {
+        let error = format!(
+            "ckpt could not take the workspace snapshot before this call: {}",
+            crate::error_line(&e)
+        );
+        let end = ToolCall::end(
+            started.call.clone(),
+            started.tool.clone(),
+            CallStatus::Failed,
+            Some(error),
+        );
+        let failed = ToolCall {
+            agent: started.agent.clone(),
+            ..end
+        };
+        all.push(Draft::in_session(session.clone(), Body::ToolCall(failed)));
     }
-    walked
+    // (If this fails too, nothing says the call started: its post finds no
+    // state and says so.)
+    let _ = append(ws, &all);
+    Err(e)
 }
 
 /// What a first walk says of the files it left without a copy (empty:

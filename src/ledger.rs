@@ -1161,47 +1161,6 @@ fn synced_or_flagged(ledger: &Ledger, synced: io::Result<()>) -> Result<(), Ledg
     Ok(())
 }
 
-/// Records written by [`LedgerLock::write_then_sync`], not yet durable.
-/// Dropped without [`sync`](Written::sync), they are synced then (an error
-/// leaves the flag for `ckpt verify`).
-#[must_use = "the records are durable only once `sync` returns"]
-pub struct Written<'a> {
-    ledger: &'a Ledger,
-    file: File,
-    tail: Tail,
-    out: Vec<Appended>,
-    done: bool,
-}
-
-impl Written<'_> {
-    /// Makes the records durable (`fdatasync`): what they got, once they are.
-    pub fn sync(mut self) -> Result<Vec<Appended>, LedgerError> {
-        self.finish()?;
-        Ok(std::mem::take(&mut self.out))
-    }
-
-    fn finish(&mut self) -> Result<(), LedgerError> {
-        self.done = true;
-        let (own, beside) = self.ledger.durable.with_records(&self.file);
-        synced_or_flagged(self.ledger, own)?;
-        // The head anchor moves on only if nothing was appended since: a later
-        // writer sets it after its own sync, which covered these records too
-        // (the anchor may lag behind the ledger, never run ahead of it).
-        if crate::sys::fstat(&self.file).is_ok_and(|st| st.size == self.tail.end) {
-            write_head(self.ledger.rt.as_fd(), &self.tail);
-        }
-        beside.map_err(|e| io_err("sync the files written beside", e))
-    }
-}
-
-impl Drop for Written<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.finish();
-        }
-    }
-}
-
 /// The writer lock, held until dropped. Appends made through it are durable
 /// when `append` returns.
 #[must_use = "dropping the lock releases it; append through it first"]
@@ -1231,24 +1190,6 @@ impl<'a> LedgerLock<'a> {
         write_head(self.ledger.rt.as_fd(), &self.tail);
         beside.map_err(|e| io_err("sync the files written beside", e))?;
         Ok(out)
-    }
-
-    /// Writes the records now and releases the lock, their `fdatasync` left
-    /// to [`Written::sync`]: the disk starts writing them at once (without
-    /// waiting), so work done before `sync` hides most of the wait (a shell
-    /// pre walks the workspace meanwhile). They are durable only once `sync`
-    /// returns; until then nothing may act on them. Another writer may
-    /// append after them meanwhile (its `fdatasync` covers them too).
-    pub fn write_then_sync(mut self, drafts: &[Draft]) -> Result<Written<'a>, LedgerError> {
-        let (tail, out) = self.write_records(drafts)?;
-        let LedgerLock { ledger, file, .. } = self;
-        Ok(Written {
-            ledger,
-            file,
-            tail,
-            out,
-            done: false,
-        })
     }
 
     /// Builds the records on the tail and writes them in one `write`, not
@@ -1533,48 +1474,5 @@ mod tests {
         assert_eq!(read.records.len(), 6);
         assert!(matches!(read.records[4].body, Body::Repair(_)));
         assert!(read.corruption.is_none() && read.torn.is_none());
-    }
-
-    /// Records written now and synced later are in the ledger at once (the
-    /// lock is free for the next writer meanwhile); the head anchor never
-    /// moves back behind a writer that appended in between, and moves on
-    /// when nothing was.
-    #[test]
-    fn records_synced_later_keep_the_chain_and_never_move_the_head_back() {
-        let t = tempfile::tempdir().unwrap();
-        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
-        // As init makes it: the head anchor is there from the start.
-        create_empty(rt.as_fd()).unwrap();
-        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()), Arc::default());
-        let first = ledger
-            .lock()
-            .unwrap()
-            .write_then_sync(&[draft("a")])
-            .unwrap();
-        // Another writer gets the lock before the first one synced.
-        let second = ledger.append(draft("b")).unwrap();
-        assert_eq!(second.seq, 2);
-        let got = first.sync().unwrap();
-        assert_eq!(got[0].seq, 1);
-        assert_eq!(read_head(rt.as_fd()).unwrap().seq, 2);
-        let third = ledger
-            .lock()
-            .unwrap()
-            .write_then_sync(&[draft("c")])
-            .unwrap();
-        third.sync().unwrap();
-        assert_eq!(read_head(rt.as_fd()).unwrap().seq, 3);
-        let read = ledger.read().unwrap();
-        assert_eq!(read.records.len(), 3);
-        assert!(read.corruption.is_none());
-        // Dropped unsynced, the records are still synced and kept.
-        drop(
-            ledger
-                .lock()
-                .unwrap()
-                .write_then_sync(&[draft("d")])
-                .unwrap(),
-        );
-        assert_eq!(read_head(rt.as_fd()).unwrap().seq, 4);
     }
 }

@@ -85,7 +85,6 @@ pub mod scenario;
 pub mod session;
 pub mod sys;
 pub mod trace;
-pub mod trash;
 pub mod verify;
 pub mod workspace;
 pub mod writeback;

@@ -2061,7 +2061,7 @@ fn execute_and_end(
         for (&i, (p, patch, after)) in chunk.iter().zip(prepared) {
             let f = &mut files[i];
             let outcome = match p {
-                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to, ws.trash(), ws.durable()),
+                Ok(Some(p)) => writeback::commit(p, &f.from, &f.to, ws.durable()),
                 Ok(None) => Ok(Written::AlreadyThere),
                 Err(e) => Err(e),
             };
@@ -2143,7 +2143,6 @@ fn execute_and_end(
         }
     }
     clear_pending(ws.runtime_dir(), action);
-    ws.trash().settle();
     crate::hook::note_written(ws, &written, action)?;
     Ok(())
 }

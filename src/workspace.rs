@@ -22,7 +22,6 @@ use crate::ids::Clock;
 use crate::ledger::{Ledger, LedgerError, LedgerRead};
 use crate::paths::{PathError, RUNTIME_DIR, RelPath};
 use crate::record::{Body, CheckpointRecord, Draft, Record};
-use crate::trash::Trash;
 
 pub use crate::config::DEFAULT_CONFIG;
 /// The `.gitignore` that keeps runtime data out of the user's `git status`.
@@ -156,7 +155,6 @@ pub struct Workspace {
     clock: Arc<Clock>,
     ledger: Ledger,
     blobs: BlobStore,
-    trash: Trash,
     /// What was written and is not durable yet.
     durable: Arc<Durable>,
     /// Where the user's git configuration is.
@@ -165,8 +163,9 @@ pub struct Workspace {
     repos: Arc<crate::git::Repos>,
     /// [`OpenOptions::short_lived`].
     short_lived: bool,
-    /// [`OpenOptions::on_big_tables`], until it is called.
-    on_big_tables: std::sync::Mutex<Option<fn()>>,
+    /// [`OpenOptions::on_big_tables`]; `None` once large tables were
+    /// announced (whether a function was given or not).
+    on_big_tables: std::sync::Mutex<Option<BigTablesHook>>,
 }
 
 impl Drop for Workspace {
@@ -329,10 +328,6 @@ impl Workspace {
             fs_util::open_or_create_private_dir(fd.as_fd(), "calls", d)
                 .map_err(|e| ws.rt_err("create", &format!("{dir}/calls"), e))?;
         }
-        // The trash (src/trash.rs) too, so a first rollback does not create it.
-        let tmp = fs_util::open_dir(rt, "tmp").map_err(|e| ws.rt_err("open", "tmp", e))?;
-        fs_util::open_or_create_private_dir(tmp.as_fd(), "trash", d)
-            .map_err(|e| ws.rt_err("create", "tmp/trash", e))?;
         let art =
             fs_util::open_dir(rt, "artifacts").map_err(|e| ws.rt_err("open", "artifacts", e))?;
         for dir in ["blobs", "patches", "outputs"] {
@@ -388,14 +383,13 @@ impl Workspace {
             confined,
             ledger: Ledger::new(rt.clone(), clock.clone(), durable.clone()),
             blobs: BlobStore::new(rt.clone(), durable.clone()).with_git(repos.clone()),
-            trash: Trash::new(rt.clone()),
             rt,
             clock,
             durable,
             user_dirs,
             repos,
             short_lived,
-            on_big_tables: std::sync::Mutex::new(on_big_tables),
+            on_big_tables: std::sync::Mutex::new(Some(on_big_tables)),
         })
     }
 
@@ -419,18 +413,20 @@ impl Workspace {
     }
 
     /// Says that tables of about `bytes` are about to be built: from 1 MiB
-    /// on, [`OpenOptions::on_big_tables`] is called (once).
+    /// on, once, a phase mark and [`OpenOptions::on_big_tables`] if given.
     pub(crate) fn big_tables_ahead(&self, bytes: u64) {
         const BIG_TABLES_FROM: u64 = 1 << 20;
         if bytes >= BIG_TABLES_FROM {
-            let prepare = self
+            let first = self
                 .on_big_tables
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
-            if let Some(prepare) = prepare {
+            if let Some(prepare) = first {
                 crate::timing("large tables ahead");
-                prepare();
+                if let Some(prepare) = prepare {
+                    prepare();
+                }
             }
         }
     }
@@ -488,11 +484,6 @@ impl Workspace {
     /// The workspace-confined file reader and writer.
     pub fn files(&self) -> &Confined {
         &self.confined
-    }
-
-    /// Where replaced files wait to be freed (see [`crate::trash`]).
-    pub fn trash(&self) -> &Trash {
-        &self.trash
     }
 
     /// The `.agent-runtime/` directory handle.
@@ -593,7 +584,7 @@ impl Workspace {
     }
 
     /// Removes temp files older than an hour that crashed writers left in
-    /// `tmp/`, and ckpt's temp names (`.ckpt-tmp-*`) as old in the runtime's
+    /// `tmp/`, what older versions left in `tmp/trash/`, and ckpt's temp names (`.ckpt-tmp-*`) as old in the runtime's
     /// own directories (a write interrupted between its temp file and its
     /// rename). Returns how many were removed.
     pub fn sweep_tmp(&self) -> usize {
@@ -608,6 +599,14 @@ impl Workspace {
         }
         let ours = |name: &[u8]| name.starts_with(b".ckpt-tmp-");
         n += sweep_old(&self.rt, now, ours);
+        // `tmp/trash/`: files older versions of ckpt replaced during a
+        // rollback, kept there to be freed later. Every byte of them is in
+        // the blob store; all of it goes, whatever its age.
+        if let Ok(trash) = fs_util::open_dir(rt, "tmp/trash") {
+            n += sweep_old(&trash, i64::MAX, |_| true);
+            drop(trash);
+            let _ = rustix::fs::unlinkat(rt, "tmp/trash", rustix::fs::AtFlags::REMOVEDIR);
+        }
         for d in [
             "state",
             "state/calls",
@@ -646,6 +645,9 @@ fn sweep_old(dir: &OwnedFd, now: i64, pick: impl Fn(&[u8]) -> bool) -> usize {
     }
     n
 }
+
+/// What [`OpenOptions::on_big_tables`] holds.
+type BigTablesHook = Option<fn()>;
 
 /// Options for [`Workspace::checkpoint`].
 #[derive(Debug, Default, Clone)]

@@ -29,7 +29,6 @@ use crate::fs_util::{self, FsError};
 use crate::hash::{ContentHash, Hasher};
 use crate::paths::RelPath;
 use crate::record::{SYMLINK_MODE, file_mode_string};
-use crate::trash::Trash;
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// A state of one path, as a plan names it: its content hash (`None`: absent),
@@ -403,10 +402,9 @@ pub fn commit(
     mut p: Prepared,
     expect: &PathState,
     target: &PathState,
-    trash: &Trash,
     durable: &Durable,
 ) -> Result<Written, WorkspaceError> {
-    let result = commit_inner(&p, expect, target, trash, durable);
+    let result = commit_inner(&p, expect, target, durable);
     if matches!(result, Ok(Written::Done)) {
         // Renamed into place: nothing left for `drop` to remove.
         p.tmp = None;
@@ -418,7 +416,6 @@ fn commit_inner(
     p: &Prepared,
     expect: &PathState,
     target: &PathState,
-    trash: &Trash,
     durable: &Durable,
 ) -> Result<Written, WorkspaceError> {
     let rel = &p.rel;
@@ -443,16 +440,7 @@ fn commit_inner(
         let moved = observe_at(dir.as_fd(), name, 0).map_err(|e| io_err("read", rel, e))?;
         return Ok(Written::Raced(moved.state));
     }
-    // A regular file replaced or removed keeps a name in the trash, so its
-    // blocks are freed after the action, not inside this rename (see trash).
-    let regular = now.state.hash.is_some() && !now.state.is_symlink();
-    let size = now.stat.map_or(0, |k| k.size);
     match &p.tmp {
-        None if regular => {
-            trash
-                .remove(dir.as_fd(), name, size)
-                .map_err(|e| io_err("remove", rel, io::Error::from(e)))?;
-        }
         None => {
             rustix::fs::unlinkat(dir, name, AtFlags::empty())
                 .map_err(|e| io_err("remove", rel, e))?;
@@ -469,9 +457,6 @@ fn commit_inner(
             }
         }
         Some(tmp) => {
-            if regular {
-                trash.keep(dir.as_fd(), name, size);
-            }
             rustix::fs::renameat(dir, tmp.as_str(), dir, name)
                 .map_err(|e| io_err("rename into place", rel, e))?;
         }

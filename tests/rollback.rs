@@ -1564,89 +1564,28 @@ fn f48_an_io_error_mid_rollback_leaves_every_file_whole_and_is_finished() {
     assert_eq!(ck(&env, &["verify"]).code, 0, "{fp}");
 }
 
-fn trash_entries(env: &TestEnv) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(env.rt().join("tmp/trash"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-/// Waits (up to 10 s) for the detached reaper to empty the trash.
-fn wait_for_empty_trash(env: &TestEnv) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !trash_entries(env).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the trash was never emptied: {:?}",
-            trash_entries(env)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
+/// Older versions kept what a rollback replaced in `tmp/trash/`, freed later
+/// by a detached reaper. Now a rollback frees it inline and leaves no trash;
+/// a trash an older version left is emptied and removed by the next sweep
+/// of `tmp/` (`ckpt checkpoint`), whatever its entries' age.
 #[test]
-fn a_small_trash_waits_for_a_later_rollback_and_a_large_one_is_reaped() {
-    // A rollback links what it replaces into tmp/trash/ (so the rename frees
-    // nothing). A trash of at most 64 entries and 1 MiB is left for later
-    // (starting the reaper would cost more than the rollback's margin);
-    // beyond that a detached `ckpt reap-trash` empties all of it.
+fn a_rollback_leaves_no_trash_and_an_older_versions_trash_is_swept() {
     let env = TestEnv::init();
     let ck1 = crash_scenario(&env);
     let r = env.ckpt_env(&["rollback", "--to", &ck1], &[FAST]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let small = trash_entries(&env);
-    assert!(
-        !small.is_empty(),
-        "the rollback put what it replaced in the trash"
-    );
-    assert!(
-        small.iter().all(|n| n.starts_with("ts")),
-        "each entry's name tells its size: {small:?}"
-    );
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(
-        trash_entries(&env),
-        small,
-        "no reaper ran for a small trash"
-    );
-    // Every byte the trash holds is in the store: verify passes with it.
-    let r = ck(&env, &["verify"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-
-    // A rollback replacing 2 MiB the agent wrote makes the trash too
-    // large: the reaper (which inherits the environment and waits a moment
-    // first, so the entries can be seen) empties all of it, the earlier
-    // entries too.
-    env.write("big.txt", b"small\n");
-    let ck2 = checkpoint(&env);
-    write_call(&env, "s2", "c9", "big.txt", &"b".repeat(2 << 20));
-    let r = env.ckpt_env(
-        &["rollback", "--to", &ck2],
-        &[FAST, ("CKPT_FAILPOINTS", "trash.before_reap=sleep(1500)")],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(read(&env, "big.txt"), b"small\n");
-    let now = trash_entries(&env);
-    assert!(
-        now.len() > small.len() && small.iter().all(|n| now.contains(n)),
-        "the big rollback added to the trash: {now:?}"
-    );
-    wait_for_empty_trash(&env);
-    let r = ck(&env, &["verify"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(!env.rt().join("tmp/trash").exists());
     assert!(temps_left(&env).is_empty());
-}
-
-#[test]
-fn an_unsized_trash_entry_left_by_an_older_ckpt_gets_the_trash_reaped() {
-    let env = TestEnv::init();
-    let ck1 = crash_scenario(&env);
-    std::fs::write(env.rt().join("tmp/trash/t-123-old"), b"old").unwrap();
-    let r = env.ckpt_env(&["rollback", "--to", &ck1], &[FAST]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    wait_for_empty_trash(&env);
+    std::fs::create_dir(env.rt().join("tmp/trash")).unwrap();
+    std::fs::write(env.rt().join("tmp/trash/ts3-123-old"), b"old").unwrap();
+    std::fs::write(env.rt().join("tmp/trash/t-123-older"), b"older").unwrap();
+    checkpoint(&env);
+    assert!(
+        !env.rt().join("tmp/trash").exists(),
+        "the old trash was swept"
+    );
+    let r = ck(&env, &["verify"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
 #[test]

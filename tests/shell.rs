@@ -1001,11 +1001,11 @@ fn run_shell_pre(env: &TestEnv, id: &str, extra: &[(&str, &str)]) -> crate::comm
     crate::common::run_with_stdin(env, &["hook", "pre"], &shell_pre(env, id), extra)
 }
 
-/// A shell pre writes its `started` record before it walks and syncs it
-/// after, with the walk's snapshot: the record is in the ledger before the
-/// walk ends, and durable before the hook returns.
+/// A shell pre walks first (the command has not started) and then appends
+/// its `started` record, which syncs the walk's snapshot beside it: one
+/// append, durable before the hook returns.
 #[test]
-fn a_shell_pre_writes_its_record_before_it_walks() {
+fn a_shell_pre_walks_then_appends_its_record_once() {
     let Some(env) = repo() else {
         return;
     };
@@ -1017,9 +1017,15 @@ fn a_shell_pre_writes_its_record_before_it_walks() {
             .position(|l| l.ends_with(mark))
             .unwrap_or_else(|| panic!("no `{mark}` in {}", r.stderr))
     };
-    assert!(at("ledger: written") < at("scan: walked"), "{}", r.stderr);
-    assert!(at("scan: compared") < at("ledger: synced"), "{}", r.stderr);
+    assert!(at("scan: walked") < at("ledger: written"), "{}", r.stderr);
+    assert!(at("ledger: written") < at("ledger: synced"), "{}", r.stderr);
     assert!(at("ledger: synced") < at("pre: recorded"), "{}", r.stderr);
+    let appends = r
+        .stderr
+        .lines()
+        .filter(|l| l.ends_with("ledger: synced"))
+        .count();
+    assert_eq!(appends, 1, "{}", r.stderr);
     let recs = records(&env);
     let last = recs.last().unwrap();
     assert_eq!(
@@ -1028,8 +1034,8 @@ fn a_shell_pre_writes_its_record_before_it_walks() {
     );
 }
 
-/// When the walk of a shell pre fails after its `started` record was
-/// written beside it, a `failed` record closes the call (never left in
+/// When the walk of a shell pre fails, its `started` record is appended
+/// with a `failed` record that closes the call (never left in
 /// doubt), the call is blocked with one line, and nothing is left open.
 #[test]
 fn a_shell_pre_whose_walk_fails_closes_its_call_and_blocks_it() {

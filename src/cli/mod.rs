@@ -105,12 +105,6 @@ enum Command {
     Hook(hook::Args),
     /// Run a command between a pre and a post hook; exits with its status
     Exec(exec::Args),
-    /// Free what a rollback replaced (started detached by ckpt itself)
-    #[command(hide = true)]
-    ReapTrash {
-        /// The workspace's `.agent-runtime` directory.
-        runtime: PathBuf,
-    },
 }
 
 /// Process-level settings taken from the environment (the library never reads it).
@@ -185,7 +179,7 @@ impl Ctx {
             portable: self.portable,
             // The binary exits when its command is done.
             short_lived: true,
-            on_big_tables: crate::big_tables_hook(),
+            on_big_tables: crate::alloc::big_tables_hook(),
         }
     }
 
@@ -220,38 +214,8 @@ impl Ctx {
 
     /// Opens the workspace without touching anything.
     pub fn open_read_only(&self) -> Result<Workspace, CommandError> {
-        let ws = Workspace::open(&self.workspace, self.open_options())?;
-        // Files a rollback replaces are freed by a detached `ckpt reap-trash`
-        // after it returns (see ckpt::trash).
-        ws.trash().enable_reaper();
-        Ok(ws)
+        Ok(Workspace::open(&self.workspace, self.open_options())?)
     }
-}
-
-/// `ckpt reap-trash RUNTIME`: empties `RUNTIME/tmp/trash/` (never following a
-/// symlink, and only in a directory named `.agent-runtime`). Silent; exit 0.
-fn reap_trash(runtime: &std::path::Path) -> i32 {
-    use std::os::fd::AsFd;
-    if runtime.file_name() != Some(std::ffi::OsStr::new(ckpt::paths::RUNTIME_DIR)) {
-        return error::USAGE;
-    }
-    let Ok(rt) = rustix::fs::open(
-        runtime,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) else {
-        return error::OK;
-    };
-    if let Ok(tmp) = ckpt::fs_util::open_dir(rt.as_fd(), "tmp")
-        && let Ok(trash) = ckpt::fs_util::open_dir(tmp.as_fd(), "trash")
-        && ckpt::failpoint::hit("trash.before_reap").is_ok()
-    {
-        ckpt::trash::empty_dir(trash.as_fd());
-    }
-    error::OK
 }
 
 /// `ckpt hook PHASE [--format F]`, the command agents run around every tool
@@ -392,7 +356,6 @@ pub fn main() -> i32 {
         Command::Scenario(a) => scenario::run(&mut ui, &ctx, a),
         Command::Hook(a) => hook::run(&mut ui, &ctx, a),
         Command::Exec(a) => exec::run(&mut ui, &ctx, a),
-        Command::ReapTrash { runtime } => Ok(reap_trash(runtime)),
     };
     let flushed = ui.flush();
     match result {
