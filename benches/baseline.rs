@@ -12,6 +12,8 @@
 //! reused by later runs. Prints a Markdown table on stdout and progress on stderr. Without a
 //! usable `git` it prints why and exits successfully.
 
+#[path = "common/report.rs"]
+mod report;
 #[path = "common/workload.rs"]
 mod workload;
 
@@ -268,21 +270,17 @@ fn main() {
         }
     }
 
-    println!();
-    let mode = if quick {
-        "CKPT_BENCH_QUICK=1"
-    } else {
-        "full run"
-    };
-    println!("Baselines ({git}, {mode}): whole processes except the floor, median (min–max).");
-    println!();
-    let header: Vec<String> = specs.iter().map(|s| s.name.to_uppercase()).collect();
-    println!("| measurement | {} |", header.join(" | "));
-    println!("|---|{}", "---|".repeat(specs.len()));
-    for (i, row) in ROWS.iter().enumerate() {
-        let cells: Vec<&str> = columns.iter().map(|c| c[i].as_str()).collect();
-        println!("| {row} | {} |", cells.join(" | "));
-    }
+    let mut header = vec!["measurement".to_string()];
+    header.extend(specs.iter().map(|s| s.name.to_uppercase()));
+    let table: Vec<Vec<String>> = ROWS
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            std::iter::once(row.to_string())
+                .chain(columns.iter().map(|c| c[i].clone()))
+                .collect()
+        })
+        .collect();
     let runs: Vec<String> = specs
         .iter()
         .map(|s| {
@@ -297,10 +295,16 @@ fn main() {
             )
         })
         .collect();
-    println!();
-    println!(
-        "Runs per cell: {}. Total bench time {}.",
+    let body = format!(
+        "Whole processes except the floor, median (min–max); {git}.\n\n{}\nRuns per cell: {}. Total bench time {}.",
+        report::markdown(&header, &table),
         runs.join("; "),
         workload::fmt_ms(start.elapsed())
     );
+    let command = if specs.len() > 2 {
+        "CKPT_BENCH_W3=1 cargo bench --bench baseline"
+    } else {
+        "cargo bench --bench baseline"
+    };
+    report::publish("baseline", command, &body);
 }

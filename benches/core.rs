@@ -9,6 +9,9 @@
 //!
 //! Prints a Markdown table; BENCHMARKS.md quotes it.
 
+#[path = "common/report.rs"]
+mod report;
+
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -428,11 +431,16 @@ fn main() {
             format!("{:.1}×", put_dup.as_secs_f64() / raw_small.as_secs_f64()),
         ));
     }
-    println!("| measurement | ckpt | floor, same run | ratio |");
-    println!("|---|---|---|---|");
-    for (a, b, c, d) in rows {
-        println!("| {a} | {b} | {c} | {d} |");
-    }
+    let header = ["measurement", "ckpt", "floor, same run", "ratio"].map(String::from);
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(a, b, c, d)| vec![a, b, c, d])
+        .collect();
+    report::publish(
+        "core",
+        "cargo bench --bench core",
+        &report::markdown(&header, &rows),
+    );
     let _ =
         std::fs::remove_dir_all(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-scratch"));
 }

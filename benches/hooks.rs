@@ -14,6 +14,8 @@
 
 #[path = "common/hookrun.rs"]
 mod hookrun;
+#[path = "common/report.rs"]
+mod report;
 #[path = "common/workload.rs"]
 mod workload;
 
@@ -527,11 +529,7 @@ fn main() {
         workload::bury(&base, &s).unwrap();
     }
     let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
-    println!("| measurement | {} |", names.join(" | "));
-    println!("|---|{}", "---|".repeat(names.len()));
-    for (name, cells) in rows {
-        println!("| {name} | {} |", cells.join(" | "));
-    }
+    report::publish_by_workspace("hooks", &names, rows);
     // Measurements done: now the deletions may cost what they cost.
     let _ = workload::empty_grave(&base);
 }

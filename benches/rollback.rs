@@ -26,6 +26,8 @@
 
 #[path = "common/hookrun.rs"]
 mod hookrun;
+#[path = "common/report.rs"]
+mod report;
 #[path = "common/workload.rs"]
 mod workload;
 
@@ -479,12 +481,7 @@ fn main() {
         workload::bury(&base, &base.join(format!("{}-rollback-shadow", spec.name))).unwrap();
     }
     let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
-    println!("| measurement | {} |", names.join(" | "));
-    println!("|---|{}", "---|".repeat(names.len()));
-    for (name, mut cells) in rows {
-        cells.resize(names.len(), String::new());
-        println!("| {name} | {} |", cells.join(" | "));
-    }
+    report::publish_by_workspace("rollback", &names, rows);
     // Measurements done: now the deletions may cost what they cost.
     let _ = workload::empty_grave(&base);
 }
