@@ -487,7 +487,16 @@ fn remove(ws: &Workspace, doomed: &[Doomed], now: u64) -> Result<Counted, Worksp
         .map_err(|e| FsError::new("open", ".agent-runtime/artifacts", e))?;
     let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
     let mut done = Counted::default();
+    let total = doomed.len() as u64;
     for (i, d) in doomed.iter().enumerate() {
+        if i % 256 == 0 {
+            ws.progress(
+                "removing what gc collects",
+                i as u64,
+                total,
+                crate::progress::Unit::Items,
+            );
+        }
         if !dirs.contains_key(d.dir.as_str()) {
             match fs_util::open_dir(art.as_fd(), &d.dir) {
                 Ok(fd) => {
@@ -528,6 +537,12 @@ fn remove(ws: &Workspace, doomed: &[Doomed], now: u64) -> Result<Counted, Worksp
                 .map_err(|e| FsError::new("gc", "artifacts", e))?;
         }
     }
+    ws.progress(
+        "removing what gc collects",
+        total,
+        total,
+        crate::progress::Unit::Items,
+    );
     Ok(done)
 }
 
@@ -611,6 +626,59 @@ pub fn runtime_bytes(ws: &Workspace) -> u64 {
         }
     }
     total
+}
+
+/// What `state/gc.over_budget` says: after a collection, `.agent-runtime/`
+/// still held more than the budget.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct OverBudget {
+    /// The bytes `.agent-runtime/` held after the collection.
+    pub runtime_bytes: u64,
+    /// `max_runtime_bytes` then.
+    pub max_runtime_bytes: u64,
+    /// When it was measured (ms since the epoch).
+    pub at_ms: u64,
+}
+
+const OVER_BUDGET_FILE: &str = "gc.over_budget";
+
+/// Notes what a collection left against the budget: `state/gc.over_budget`
+/// when `.agent-runtime/` still holds more than `budget` bytes (so `ckpt
+/// status` can say so at the cost of one read), none when it fits. A cache:
+/// atomic, not synced.
+pub fn note_budget(ws: &Workspace, runtime_bytes: u64, budget: u64) {
+    let Ok(state) = ws.state_dir() else {
+        return;
+    };
+    if budget == 0 || runtime_bytes <= budget {
+        let _ = rustix::fs::unlinkat(&state, OVER_BUDGET_FILE, rustix::fs::AtFlags::empty());
+        return;
+    }
+    let mark = OverBudget {
+        runtime_bytes,
+        max_runtime_bytes: budget,
+        at_ms: ws.clock().now_ms(),
+    };
+    if let Ok(bytes) = serde_json::to_vec(&mark) {
+        let _ = fs_util::write_atomic(
+            state.as_fd(),
+            OVER_BUDGET_FILE.as_ref(),
+            &bytes,
+            0o600,
+            false,
+            crate::durable::Keep::Cache,
+        );
+    }
+}
+
+/// The last collection's note that `.agent-runtime/` stayed over its
+/// budget, if any.
+pub fn over_budget(ws: &Workspace) -> Option<OverBudget> {
+    let state = ws.state_dir().ok()?;
+    let mut f = fs_util::open_regular_at(state.as_fd(), OVER_BUDGET_FILE.as_ref()).ok()?;
+    let mut v = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut v).ok()?;
+    serde_json::from_slice(&v).ok()
 }
 
 /// How often a prompt hook may start `ckpt gc --auto` (ms).

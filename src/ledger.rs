@@ -426,6 +426,7 @@ pub struct Ledger {
     /// The content the records will name, made durable before them.
     durable: Arc<Durable>,
     lock_timeout: Duration,
+    progress: Option<crate::progress::Sink>,
 }
 
 /// Creates an empty `ledger.jsonl` in `rt` (mode 0600) unless one exists;
@@ -558,7 +559,14 @@ impl Ledger {
             clock,
             durable,
             lock_timeout: Duration::from_secs(5),
+            progress: None,
         }
+    }
+
+    /// Has reads of the whole ledger tell `sink` how far they got.
+    pub fn with_progress(mut self, sink: Option<crate::progress::Sink>) -> Ledger {
+        self.progress = sink;
+        self
     }
 
     /// Sets how long [`Ledger::lock`] waits for another writer.
@@ -696,6 +704,88 @@ impl Ledger {
         Ok(read)
     }
 
+    /// The last `n` records (raw line and record), read from the end of the
+    /// file without reading the rest: each line's hash is checked, the
+    /// lines are chained to each other (and the first to the one before
+    /// it, or to nothing at the start), and the last to `ledger.head`. `None`
+    /// when that window is not clean (a damaged, torn or cut-off end, or a
+    /// ledger marked damaged): the caller reads the whole ledger, which
+    /// says what is wrong. Damage further back is not seen here: `ckpt
+    /// verify` checks the whole chain.
+    #[allow(clippy::type_complexity)]
+    pub fn read_last(&self, n: usize) -> Result<Option<Vec<(Vec<u8>, Record)>>, LedgerError> {
+        if damaged_mark(self.rt.as_fd()).is_some() {
+            return Ok(None);
+        }
+        let Some(mut file) = self.open_for_read()? else {
+            return Ok(Some(Vec::new()));
+        };
+        let size = crate::sys::fstat(&file)
+            .map_err(|e| io_err("stat", e))?
+            .size;
+        if size == 0 || n == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        // Windows from the end, doubled until they hold n + 1 whole lines
+        // (the one before the first shows its link) or reach the start.
+        let mut window = 64 * 1024u64;
+        let (start, buf) = loop {
+            let start = size.saturating_sub(window);
+            let mut buf = vec![0u8; (size - start) as usize];
+            file.seek(SeekFrom::Start(start))
+                .map_err(|e| io_err("seek", e))?;
+            file.read_exact(&mut buf).map_err(|e| io_err("read", e))?;
+            let lines = buf.iter().filter(|&&b| b == b'\n').count();
+            if start == 0 || lines > n + 1 {
+                break (start, buf);
+            }
+            window *= 4;
+        };
+        if buf.last() != Some(&b'\n') {
+            return Ok(None);
+        }
+        // Whole lines only: a window that starts inside a line drops it.
+        let body = if start == 0 {
+            &buf[..buf.len() - 1]
+        } else {
+            let first = buf.iter().position(|&b| b == b'\n').unwrap_or(0);
+            &buf[first + 1..buf.len() - 1]
+        };
+        let lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
+        let from = lines.len().saturating_sub(n + 1);
+        let mut prev: Option<(u64, String)> = None;
+        let mut out = Vec::with_capacity(n);
+        for (i, line) in lines[from..].iter().enumerate() {
+            let (check, record) = match parse_one(line, true, true) {
+                Parsed::Valid(check, Some(record)) => (check, record),
+                _ => return Ok(None),
+            };
+            let linked = match &prev {
+                Some((seq, hash)) => check.seq() == seq + 1 && check.prev() == Some(hash.as_str()),
+                // The very first record of the ledger links to nothing.
+                None if start == 0 && from == 0 => check.seq() == 1 && check.prev().is_none(),
+                // The first line of the window shows only the link checked next.
+                None => true,
+            };
+            if !linked {
+                return Ok(None);
+            }
+            prev = Some((check.seq(), check.hash().to_string()));
+            if i + from >= lines.len().saturating_sub(n) {
+                out.push((line.to_vec(), *record));
+            }
+        }
+        let tail = Tail {
+            seq: prev.as_ref().map_or(0, |p| p.0),
+            hash: prev.map(|p| p.1),
+            end: size,
+        };
+        if lost_records(self.rt.as_fd(), &tail).is_some() {
+            return Ok(None);
+        }
+        Ok(Some(out))
+    }
+
     /// Leaves the damage `read` found (a garbled record, a cut-off end) for
     /// writers to see ([`DAMAGED_FILE`]); returns its one-line reason.
     pub fn note_damage(&self, read: &LedgerRead) -> Option<String> {
@@ -719,7 +809,7 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok(LedgerRead::default());
         };
-        read_lines(file, true, &mut |raw, _, rec| match rec {
+        read_lines(file, true, self.progress, &mut |raw, _, rec| match rec {
             Some(r) => visit(raw, r),
             None => Ok(()),
         })
@@ -736,7 +826,9 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok(LedgerRead::default());
         };
-        read_lines(file, false, &mut |raw, check, _| visit(raw, check))
+        read_lines(file, false, self.progress, &mut |raw, check, _| {
+            visit(raw, check)
+        })
     }
 
     fn open_for_read(&self) -> Result<Option<File>, LedgerError> {
@@ -842,8 +934,10 @@ fn parse_batch<'a>(
 fn read_lines(
     mut file: File,
     with_body: bool,
+    progress: Option<crate::progress::Sink>,
     visit: &mut RecordVisitor<'_>,
 ) -> Result<LedgerRead, LedgerError> {
+    let size = crate::sys::fstat(&file).map_or(0, |st| st.size);
     let mut out = LedgerRead::default();
     let mut first_bad: Option<Corruption> = None;
     let mut line_no = 0u64;
@@ -857,6 +951,13 @@ fn read_lines(
         if stop {
             return Ok(());
         }
+        crate::progress::report(
+            progress,
+            "reading the ledger",
+            (base + buf.len() as u64).min(size),
+            size,
+            crate::progress::Unit::Bytes,
+        );
         let parsed = parse_batch(buf, spans, with_body);
         for (&(s, e, _), p) in spans.iter().zip(parsed) {
             if stop {
@@ -933,6 +1034,13 @@ fn read_lines(
         Ok(())
     };
     split_lines(&mut file, &mut on_batch)?;
+    crate::progress::report(
+        progress,
+        "reading the ledger",
+        size,
+        size,
+        crate::progress::Unit::Bytes,
+    );
     if expect_seq > 1 {
         out.tail = Tail {
             seq: expect_seq - 1,
@@ -1430,6 +1538,43 @@ mod tests {
             before_mode: None,
             after_mode: None,
         }))
+    }
+
+    static STEPS: std::sync::Mutex<Vec<(String, u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+    fn record_step(s: crate::progress::Step<'_>) {
+        STEPS
+            .lock()
+            .unwrap()
+            .push((s.what.to_string(), s.done, s.total));
+    }
+
+    /// A whole read of the ledger tells the progress sink how many of the
+    /// file's bytes it has read, never going back, and ends at the size.
+    #[test]
+    fn a_read_reports_its_progress_through_the_file() {
+        let t = tempfile::tempdir().unwrap();
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
+        create_empty(rt.as_fd()).unwrap();
+        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()), Arc::default())
+            .with_progress(Some(record_step));
+        // Over 8 MiB: more than one batch of lines.
+        let drafts: Vec<Draft> = (0..40_000).map(|i| draft(&format!("f{i}"))).collect();
+        ledger.lock().unwrap().append(&drafts).unwrap();
+        let size = std::fs::metadata(t.path().join(LEDGER_FILE)).unwrap().len();
+        assert!(size > 8 << 20, "more than one batch: {size}");
+        STEPS.lock().unwrap().clear();
+        assert_eq!(ledger.read().unwrap().records.len(), 40_000);
+        let steps = STEPS.lock().unwrap().clone();
+        assert!(steps.len() >= 3, "{steps:?}");
+        assert!(
+            steps
+                .iter()
+                .all(|(w, _, t)| w == "reading the ledger" && *t == size)
+        );
+        assert!(steps.windows(2).all(|w| w[0].1 <= w[1].1), "{steps:?}");
+        assert!(steps[0].1 < size);
+        assert_eq!(steps.last().unwrap().1, size);
     }
 
     /// The tail is found behind a last record longer than the first window

@@ -74,6 +74,7 @@ mod par;
 pub mod patch;
 pub mod paths;
 pub mod procs;
+pub mod progress;
 pub mod record;
 pub mod recover;
 pub mod redact;

@@ -134,6 +134,9 @@ pub struct OpenOptions {
     /// allocator alone cannot tell them apart from any 1 MiB block (a
     /// ledger read).
     pub on_big_tables: Option<fn()>,
+    /// Told how far long operations have got (reading a big ledger,
+    /// `verify`'s content checks, `gc`); the binary draws it on a terminal.
+    pub progress: Option<crate::progress::Sink>,
 }
 
 /// What `ckpt init` did.
@@ -166,6 +169,8 @@ pub struct Workspace {
     /// [`OpenOptions::on_big_tables`]; `None` once large tables were
     /// announced (whether a function was given or not).
     on_big_tables: std::sync::Mutex<Option<BigTablesHook>>,
+    /// [`OpenOptions::progress`].
+    progress: Option<crate::progress::Sink>,
 }
 
 impl Drop for Workspace {
@@ -363,6 +368,7 @@ impl Workspace {
             portable,
             short_lived,
             on_big_tables,
+            progress,
             ..
         } = opts;
         let mut confined =
@@ -381,7 +387,7 @@ impl Workspace {
             root: root.to_path_buf(),
             canonical_root,
             confined,
-            ledger: Ledger::new(rt.clone(), clock.clone(), durable.clone()),
+            ledger: Ledger::new(rt.clone(), clock.clone(), durable.clone()).with_progress(progress),
             blobs: BlobStore::new(rt.clone(), durable.clone()).with_git(repos.clone()),
             rt,
             clock,
@@ -390,6 +396,7 @@ impl Workspace {
             repos,
             short_lived,
             on_big_tables: std::sync::Mutex::new(Some(on_big_tables)),
+            progress,
         })
     }
 
@@ -429,6 +436,11 @@ impl Workspace {
                 }
             }
         }
+    }
+
+    /// Tells [`OpenOptions::progress`] how far `what` has got.
+    pub(crate) fn progress(&self, what: &str, done: u64, total: u64, unit: crate::progress::Unit) {
+        crate::progress::report(self.progress, what, done, total, unit);
     }
 
     /// Whether it was opened [`short_lived`](OpenOptions::short_lived).

@@ -587,6 +587,54 @@ fn a_prompt_hook_starts_gc_in_the_background_past_the_budget_once_an_hour() {
     assert_eq!(seen(), 1);
 }
 
+/// A collection that leaves `.agent-runtime/` over its budget is said by
+/// `ckpt status` (a warning line, `over_budget` in JSON) until a
+/// collection fits it again.
+#[test]
+fn status_says_when_gc_left_the_runtime_over_its_budget() {
+    let env = TestEnv::init();
+    let cfg = env.rt().join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let set = |budget: &str| {
+        std::fs::write(
+            &cfg,
+            text.replace(
+                "max_runtime_bytes = 2147483648",
+                &format!("max_runtime_bytes = {budget}"),
+            ),
+        )
+        .unwrap();
+    };
+    env.write("a.txt", b"one\n");
+    let r = env.ckpt(&["exec", "--", "sh", "-c", "echo two > a.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let status = || {
+        let r = env.ckpt(&["status"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let j = env.ckpt(&["--json", "status"]);
+        assert_eq!(j.code, 0, "{}", j.stderr);
+        (r.stderr, j.json()["over_budget"].clone())
+    };
+    assert_eq!(status().1, serde_json::Value::Null);
+    set("1");
+    let r = env.ckpt(&["gc", "--auto"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (said, json) = status();
+    assert!(
+        said.contains("over max_runtime_bytes") && said.contains("keep_days"),
+        "{said}"
+    );
+    assert_eq!(json["max_runtime_bytes"], 1);
+    assert!(json["runtime_bytes"].as_u64().unwrap() > 1, "{json}");
+    // Budget raised: the next collection fits it and status is quiet.
+    set("2147483648");
+    let r = env.ckpt(&["gc"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (said, json) = status();
+    assert!(!said.contains("max_runtime_bytes"), "{said}");
+    assert_eq!(json, serde_json::Value::Null);
+}
+
 #[test]
 fn bad_arguments_are_usage_errors_in_one_line() {
     let env = TestEnv::init();

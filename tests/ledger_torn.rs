@@ -259,3 +259,70 @@ fn a_failed_sync_of_waiting_content_is_reported_by_the_next_append() {
     ws.ledger().append(call_record(3)).unwrap();
     assert_eq!(ws.read_ledger().unwrap().records.len(), 2);
 }
+
+/// `log -n N` reads the last N records from the end of the ledger: the same
+/// records as the whole read's last N, on a ledger bigger than its first
+/// window; a torn, damaged or cut-off end makes it read everything and say
+/// what is wrong, as `log` does.
+#[test]
+fn log_n_reads_the_end_and_falls_back_on_an_unclean_one() {
+    // The last record's acknowledgement lost (`ledger.head` at 2999), so
+    // cutting into it is a torn tail, not records lost.
+    let (env, _) = ledger_with_unacked_last(3000);
+    let all = env.ckpt(&["log", "--json"]).json()["records"].clone();
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 3000);
+    for n in ["1", "20", "2999", "3000", "5000"] {
+        let last = env.ckpt(&["log", "-n", n, "--json"]);
+        assert_eq!(last.code, 0, "{}", last.stderr);
+        let last = last.json()["records"].as_array().unwrap().clone();
+        let k = n.parse::<usize>().unwrap().min(3000);
+        assert_eq!(last.as_slice(), &all[3000 - k..], "-n {n}");
+    }
+    let full = std::fs::read(env.ledger_path()).unwrap();
+    // A torn tail: the whole read says so, and shows what is valid.
+    let mut torn = full.clone();
+    torn.truncate(torn.len() - 10);
+    std::fs::write(env.ledger_path(), &torn).unwrap();
+    let r = env.ckpt(&["log", "-n", "2"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stderr.contains("torn"), "{}", r.stderr);
+    assert_eq!(r.stdout.lines().count(), 2);
+    assert!(r.stdout.contains(" 2999 "), "{}", r.stdout);
+    // A changed byte in the last record: the damage is reported.
+    let mut flipped = full.clone();
+    let at = flipped.len() - 100;
+    flipped[at] ^= 1;
+    std::fs::write(env.ledger_path(), &flipped).unwrap();
+    let r = env.ckpt(&["log", "-n", "2"]);
+    assert!(
+        r.stderr.contains("torn") || r.stderr.contains("partial history"),
+        "{}",
+        r.stderr
+    );
+    // Records cut off whole past `ledger.head`'s: said too.
+    let starts: Vec<usize> = full
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect();
+    std::fs::write(env.ledger_path(), &full[..starts[starts.len() - 3]]).unwrap();
+    let r = env.ckpt(&["log", "-n", "2"]);
+    assert!(r.stderr.contains("partial history"), "{}", r.stderr);
+    // Damage further back is not read by `-n` (only `log`, `verify` and
+    // the commands that read it all see it): this is the end read.
+    // (The earlier damage is taken back and its mark with it.)
+    let _ = std::fs::remove_file(env.rt().join(ckpt::ledger::DAMAGED_FILE));
+    let mut middle = full.clone();
+    middle[starts[10] + 30] ^= 1;
+    std::fs::write(env.ledger_path(), &middle).unwrap();
+    let r = env.ckpt(&["log", "-n", "2"]);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(r.stdout.lines().count(), 2);
+    let r = env.ckpt(&["log"]);
+    assert!(r.stderr.contains("partial history"), "{}", r.stderr);
+    // Found once, the damage is marked: `-n` reads it all and says so too.
+    let r = env.ckpt(&["log", "-n", "2"]);
+    assert!(r.stderr.contains("partial history"), "{}", r.stderr);
+}

@@ -49,6 +49,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         }
         let r = ckpt::gc::gc(&ws, &cfg, &GcOptions::default())?;
         let after = ckpt::gc::runtime_bytes(&ws);
+        ckpt::gc::note_budget(&ws, after, budget);
         let fields = serde_json::json!({
             "action": r.action, "removed_bytes": r.bytes(), "runtime_bytes": after,
             "max_runtime_bytes": budget,
@@ -80,6 +81,10 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         dry_run: args.dry_run,
     };
     let r = ckpt::gc::gc(&ws, &cfg, &opts)?;
+    // A collection that fits the budget again takes back what `status` says.
+    if !args.dry_run && ckpt::gc::over_budget(&ws).is_some() {
+        ckpt::gc::note_budget(&ws, ckpt::gc::runtime_bytes(&ws), budget);
+    }
     if ui.json {
         ui.json(&serde_json::to_value(&r).map_err(|e| CommandError::new(ERROR, e.to_string()))?)?;
     } else {

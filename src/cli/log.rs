@@ -14,17 +14,30 @@ pub struct Args {
 
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
-    let mut rows: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
-    let read = ws.ledger().scan(|raw, rec| {
-        if args.session.is_none() || rec.session == args.session {
-            rows.push((if ui.json { raw.to_vec() } else { Vec::new() }, rec));
+    // `-n N` alone reads the last N records from the end of the ledger
+    // (checked and chained; anything unclean there reads it all instead,
+    // which says what is wrong).
+    let last = match (args.limit, &args.session) {
+        (Some(n), None) => ws.ledger().read_last(n)?,
+        _ => None,
+    };
+    let (rows, read) = match last {
+        Some(rows) => (rows, None),
+        None => {
+            let mut rows: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
+            let read = ws.ledger().scan(|raw, rec| {
+                if args.session.is_none() || rec.session == args.session {
+                    rows.push((if ui.json { raw.to_vec() } else { Vec::new() }, rec));
+                }
+                Ok(())
+            })?;
+            if let Some(n) = args.limit {
+                let skip = rows.len().saturating_sub(n);
+                rows.drain(..skip);
+            }
+            (rows, Some(read))
         }
-        Ok(())
-    })?;
-    if let Some(n) = args.limit {
-        let skip = rows.len().saturating_sub(n);
-        rows.drain(..skip);
-    }
+    };
     if ui.json {
         // Records are embedded exactly as stored: each line is a JSON object.
         let out = ui.out();
@@ -55,11 +68,13 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             ui.line(&line)?;
         }
     }
-    ws.ledger().note_damage(&read);
-    if !super::ui::warn_partial(&ws, &read) && read.torn.is_some() {
-        super::ui::note(
-            "note: the ledger ends with a torn record (a crash mid-write); the next ckpt write repairs it",
-        );
+    if let Some(read) = read {
+        ws.ledger().note_damage(&read);
+        if !super::ui::warn_partial(&ws, &read) && read.torn.is_some() {
+            super::ui::note(
+                "note: the ledger ends with a torn record (a crash mid-write); the next ckpt write repairs it",
+            );
+        }
     }
     Ok(OK)
 }

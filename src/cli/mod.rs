@@ -180,6 +180,7 @@ impl Ctx {
             // The binary exits when its command is done.
             short_lived: true,
             on_big_tables: crate::alloc::big_tables_hook(),
+            progress: Some(ui::progress),
         }
     }
 

@@ -151,8 +151,18 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let unprotected = ckpt::scan::unprotected(&ws, &cfg);
     // History `ckpt gc` collected: its changes are neither shown nor undoable.
     let collected_upto = ckpt::gc::horizon(&read.records);
+    // Past the budget even after the last collection: said, with what to do.
+    let over_budget = ckpt::gc::over_budget(&ws);
+    if let Some(o) = &over_budget {
+        super::ui::note(&format!(
+            "warning: .agent-runtime/ held {} after `ckpt gc`, over max_runtime_bytes ({}): what the retention keeps is bigger; lower keep_days or keep_checkpoints in .agent-runtime/config.toml, or raise the budget, then run `ckpt gc`",
+            super::gc::size(o.runtime_bytes),
+            super::gc::size(o.max_runtime_bytes)
+        ));
+    }
     if ui.json {
         ui.json(&serde_json::json!({
+            "over_budget": over_budget,
             "collected_upto_seq": (collected_upto > 0).then_some(collected_upto),
             "hook_problems": hook_problems,
             "unprotected": unprotected,

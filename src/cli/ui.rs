@@ -104,6 +104,67 @@ pub fn note(s: &str) {
     eprintln!("{}", ckpt::redact::redact_str(s));
 }
 
+/// Draws a long operation's progress on stderr when it is a terminal: one
+/// line, redrawn at most five times a second, shown only once the
+/// operation has taken a second (a quick command draws nothing), and
+/// cleared when it ends. (The library tells how far it got,
+/// `OpenOptions::progress`; the binary decides what to show.)
+pub fn progress(step: ckpt::progress::Step<'_>) {
+    use std::io::{IsTerminal, Write};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    /// The operation being drawn: its name, when it started, when it was
+    /// last drawn, and whether anything is on the line.
+    struct Drawn {
+        what: String,
+        started: Instant,
+        last: Option<Instant>,
+    }
+    static DRAWN: Mutex<Option<Drawn>> = Mutex::new(None);
+    static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*TERMINAL.get_or_init(|| std::io::stderr().is_terminal()) {
+        return;
+    }
+    let mut drawn = DRAWN.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    if drawn.as_ref().is_none_or(|d| d.what != step.what) {
+        *drawn = Some(Drawn {
+            what: step.what.to_string(),
+            started: now,
+            last: None,
+        });
+    }
+    let Some(d) = drawn.as_mut() else {
+        return;
+    };
+    let mut err = std::io::stderr().lock();
+    if step.done >= step.total {
+        if d.last.is_some() {
+            let _ = write!(err, "\r\x1b[K");
+        }
+        *drawn = None;
+        return;
+    }
+    if now.duration_since(d.started) < Duration::from_secs(1)
+        || d.last
+            .is_some_and(|l| now.duration_since(l) < Duration::from_millis(200))
+    {
+        return;
+    }
+    d.last = Some(now);
+    let pct = step.done as f64 * 100.0 / step.total.max(1) as f64;
+    let counts = match step.unit {
+        ckpt::progress::Unit::Bytes => format!(
+            "{} of {}",
+            super::gc::size(step.done),
+            super::gc::size(step.total)
+        ),
+        ckpt::progress::Unit::Items => format!("{} of {}", step.done, step.total),
+    };
+    let _ = write!(err, "\r\x1b[K{}: {pct:.0}% ({counts})", step.what);
+    let _ = err.flush();
+}
+
 /// Says on stderr when `read` is not the whole history (a record damaged, or
 /// records cut off the end): what the command shows is partial. Returns
 /// whether it said so.

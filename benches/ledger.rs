@@ -1,0 +1,200 @@
+//! Commands on long histories (issue 24): `status`, `log -n 20`, `rollback
+//! --last 1`, `recover` and `verify` on ledgers of 10,000, 100,000 and
+//! 1,000,000 records, each a whole process of the release binary.
+//!
+//! ```text
+//! cargo bench --bench ledger                      # 10k, 100k, 1M records
+//! CKPT_BENCH_QUICK=1 cargo bench --bench ledger   # 10k and 100k only
+//! CKPT_BENCH_BIN=/path/to/other/ckpt cargo bench --bench ledger
+//! ```
+//!
+//! A history is what weeks of agent sessions leave: turns of a checkpoint
+//! and 10 Edit calls, each call three records (`started`, `file_patch`,
+//! `succeeded`) over 500 files, with a real blob and patch artifact per
+//! edit. It is recorded through the library without fsync (building the
+//! input only; a history of 1M records takes a few minutes) and reused by
+//! later runs (`target/bench-workspaces/ledger-N/`). Goals: each command
+//! within 2× its 10k figure at 1M records, `status` ≤ 50 ms at 1M.
+
+#[path = "common/hookrun.rs"]
+mod hookrun;
+#[path = "common/report.rs"]
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ckpt::{CallOptions, CallStatus, CheckpointOptions, OpenOptions, Workspace};
+
+const FILES: usize = 500;
+const CALLS_PER_TURN: usize = 10;
+
+/// Records one turn's checkpoint costs, and each Edit call three.
+fn records_of(calls: usize) -> usize {
+    calls * 3 + calls / CALLS_PER_TURN
+}
+
+/// Builds (or reuses) a workspace whose ledger holds about `records`.
+fn history(records: usize) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/bench-workspaces")
+        .join(format!("ledger-{records}"));
+    let done = root.join(".bench-complete");
+    if done.exists() {
+        return root;
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let t = Instant::now();
+    for i in 0..FILES {
+        let dir = root.join(format!("src/m{}", i % 20));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}.rs")), body(i, 0)).unwrap();
+    }
+    let opts = OpenOptions {
+        fsync: ckpt::durable::Fsync::Off,
+        ..Default::default()
+    };
+    let (ws, _) = Workspace::init(&root, opts).unwrap();
+    let mut calls = 0usize;
+    let mut version = vec![0u64; FILES];
+    while records_of(calls) < records {
+        if calls.is_multiple_of(CALLS_PER_TURN) {
+            ws.checkpoint(CheckpointOptions {
+                label: Some(format!("turn {}", calls / CALLS_PER_TURN)),
+                session: Some("bench".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        let i = (calls * 7919) % FILES;
+        version[i] += 1;
+        let rel = ws
+            .rel_path(format!("src/m{}/f{i}.rs", i % 20).as_bytes(), None)
+            .unwrap();
+        let mut call = ws
+            .begin_call(CallOptions {
+                tool: "Edit".into(),
+                session: Some("bench".into()),
+                paths: vec![rel.clone()],
+                ..Default::default()
+            })
+            .unwrap();
+        call.write_file(&rel, &body(i, version[i])).unwrap();
+        call.finish(CallStatus::Succeeded, None).unwrap();
+        calls += 1;
+        if calls.is_multiple_of(20_000) {
+            eprintln!(
+                "ledger-{records}: {} records in {:?}",
+                records_of(calls),
+                t.elapsed()
+            );
+        }
+    }
+    drop(ws);
+    std::fs::write(&done, b"").unwrap();
+    eprintln!("ledger-{records}: built in {:?}", t.elapsed());
+    root
+}
+
+/// A source file of ~40 lines; version `v` changes one line of it.
+fn body(i: usize, v: u64) -> Vec<u8> {
+    let mut s = String::new();
+    for l in 0..40 {
+        if l == (v as usize * 3) % 40 {
+            s.push_str(&format!("    let x{l} = {v}; // edited\n"));
+        } else {
+            s.push_str(&format!("    let x{l} = {i} + {l};\n"));
+        }
+    }
+    s.into_bytes()
+}
+
+/// One whole `ckpt` process in `ws`; its wall time. Panics if it fails.
+fn run(ws: &Path, args: &[&str]) -> Duration {
+    let t = Instant::now();
+    let out = Command::new(hookrun::ckpt_bin())
+        .args(args)
+        .current_dir(ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let d = t.elapsed();
+    assert!(
+        out.status.success(),
+        "ckpt {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn fmt(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+fn main() {
+    let quick = std::env::var("CKPT_BENCH_QUICK").is_ok();
+    let sizes: &[usize] = if quick {
+        &[10_000, 100_000]
+    } else {
+        &[10_000, 100_000, 1_000_000]
+    };
+    let commands: [(&str, &[&str]); 5] = [
+        ("`status`", &["status"]),
+        ("`log -n 20`", &["log", "-n", "20"]),
+        ("`rollback --last 1`", &["rollback", "--last", "1"]),
+        ("`recover`", &["recover"]),
+        ("`verify`", &["verify"]),
+    ];
+    let runs = 5;
+    let mut cells: Vec<Vec<Duration>> = vec![Vec::new(); commands.len()];
+    for &n in sizes {
+        let ws = history(n);
+        let size = std::fs::metadata(ws.join(".agent-runtime/ledger.jsonl"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        eprintln!("ledger-{n}: {:.0} MB of ledger", size as f64 / 1e6);
+        for (k, (name, args)) in commands.iter().enumerate() {
+            // One warm-up (page cache), then `runs` timed.
+            run(&ws, args);
+            let times: Vec<Duration> = (0..runs).map(|_| run(&ws, args)).collect();
+            let m = median(times);
+            eprintln!("ledger-{n}: {name} {}", fmt(m));
+            cells[k].push(m);
+        }
+    }
+    let mut header = vec!["command".to_string()];
+    header.extend(sizes.iter().map(|n| format!("{} records", n)));
+    header.push(format!("{} ÷ 10k", sizes.last().unwrap()));
+    let rows: Vec<Vec<String>> = commands
+        .iter()
+        .zip(&cells)
+        .map(|((name, _), c)| {
+            let mut row = vec![name.to_string()];
+            row.extend(c.iter().map(|d| fmt(*d)));
+            row.push(format!(
+                "{:.1}×",
+                c.last().unwrap().as_secs_f64() / c[0].as_secs_f64()
+            ));
+            row
+        })
+        .collect();
+    let body = format!(
+        "{}\nMedians of {runs} whole processes after one warm-up; `rollback --last 1` undoes one more call each run.",
+        report::markdown(&header, &rows)
+    );
+    report::publish("ledger", "cargo bench --bench ledger", &body);
+}
