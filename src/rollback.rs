@@ -1535,7 +1535,11 @@ fn plan(
         }
         let first = ids.iter().map(|i| at(i)).min().unwrap_or(0);
         let was = gone(&p.path, ids, &virt, Step::Out);
-        virt.retain(|i| !ids.contains(i));
+        // (One removal per id: a `retain` over `virt` for each run made a
+        // plan of every change in effect quadratic in their number.)
+        for i in ids {
+            virt.remove(i);
+        }
         pl.step(p, ids, Step::Out, &was, &later(&p.path, first))?;
     }
     let back: Vec<FilePatch> = redo.iter().rev().map(|p| reversed(p)).collect();
@@ -1777,12 +1781,17 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
                 net.binary |= p.binary;
                 net.patch_ref = p.patch_ref.clone();
                 net.patch = p.patch.clone();
-                ids.insert(0, p.patch.clone());
+                // Oldest first while building (a file edited by k calls
+                // would otherwise cost k² moves), newest first at the end.
+                ids.push(p.patch.clone());
                 continue;
             }
         }
         open.insert(p.path.clone(), steps.len());
         steps.push(((*p).clone(), vec![p.patch.clone()]));
+    }
+    for (_, ids) in &mut steps {
+        ids.reverse();
     }
     steps
 }
