@@ -772,8 +772,6 @@ fn post_with(
             size: None,
         })
         .collect();
-    // The scan's new snapshot, saved while the patches are made.
-    let mut saving = crate::scan::Saving::default();
     if state.as_ref().is_some_and(|s| s.scan) {
         match crate::scan::load_for_call(ws, key) {
             Some(pre_snap) => {
@@ -785,8 +783,7 @@ fn post_with(
                 // The contents the scan stores (or reads from git) are diffed
                 // right after: kept in memory up to a budget, not read back.
                 let kept = ws.blobs().keep_recent(RECENT_BUDGET);
-                let crate::scan::Scanned { changes, unknown, saving: s } = crate::scan::post(ws, cfg, &pre_snap)?;
-                saving = s;
+                let crate::scan::Scanned { changes, unknown } = crate::scan::post(ws, cfg, &pre_snap)?;
                 ws.dispose(pre_snap);
                 for u in &unknown {
                     warnings.push(format!(
@@ -853,7 +850,6 @@ fn post_with(
             None => warnings.push("the workspace snapshot taken before this call is missing; its file changes are not recorded".into()),
         }
     }
-    saving.wait(ws)?;
     let mut failed = ev.phase == Phase::PostFailure || ev.outcome == Some(Outcome::Failed);
     let mut error = ev.error.clone();
     // Codex says how a shell call ended only in its transcript.

@@ -1108,69 +1108,6 @@ pub struct Scanned {
     /// records them, since ckpt could not undo them; the call's end record
     /// names them.
     pub unknown: Vec<crate::record::Unrecorded>,
-    /// The new current snapshot, being saved meanwhile.
-    pub saving: Saving,
-}
-
-/// A snapshot being saved on a thread of its own while the caller goes on
-/// (a post's diffs); wait for it before the records. Dropped, it is waited
-/// for too.
-#[derive(Debug, Default)]
-pub struct Saving(Option<crate::par::Running<Result<File, WorkspaceError>>>);
-
-impl Saving {
-    /// `short_lived`: the snapshot is left to the exit
-    /// ([`OpenOptions::short_lived`](crate::OpenOptions::short_lived)).
-    fn start(fresh: Fresh, dir: OwnedFd, short_lived: bool) -> Result<Saving, WorkspaceError> {
-        let work = move || {
-            let now = fresh.into_snapshot();
-            let saved = save(&dir, "snapshot.bin", &now);
-            crate::timing("scan: snapshot saved");
-            if short_lived {
-                std::mem::forget(now);
-            }
-            saved
-        };
-        match crate::par::spawn_or_run(work) {
-            Ok(running) => Ok(Saving(Some(running))),
-            Err(done) => {
-                done?;
-                Ok(Saving(None))
-            }
-        }
-    }
-
-    /// Waits for the save to end, and hands the file to `ws`'s durable set
-    /// (synced beside the next record); its error, if any.
-    pub fn wait(mut self, ws: &Workspace) -> Result<(), WorkspaceError> {
-        match self.join()? {
-            Some(f) => keep_clean(ws, &f),
-            None => Ok(()),
-        }
-    }
-
-    fn join(&mut self) -> Result<Option<File>, WorkspaceError> {
-        match self.0.take() {
-            None => Ok(None),
-            Some(running) => running
-                .join()
-                .unwrap_or_else(|| {
-                    Err(FsError::new(
-                        "write",
-                        ".agent-runtime/index/snapshot.bin",
-                        io::Error::other("the thread saving it panicked"),
-                    )
-                    .into())
-                })
-                .map(Some),
-        }
-    }
-}
-
-impl Drop for Saving {
-    fn drop(&mut self) {
-        let _ = self.join();
-    }
 }
 
 /// Compares the workspace now with a call's pre snapshot; returns the changes
@@ -1266,10 +1203,11 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
         }
     }
     crate::timing("scan: paired");
-    // The walk is the new current snapshot: saved on a thread of its own
-    // while the contents are read and diffed (a 100,000-file tree's takes
-    // ~20 ms), synced beside the call's records.
-    let saving = Saving::start(fresh, dir, ws.is_short_lived())?;
+    // The walk is the new current snapshot, synced beside the call's records.
+    let now = fresh.into_snapshot();
+    keep_clean(ws, &save(&dir, "snapshot.bin", &now)?)?;
+    crate::timing("scan: snapshot saved");
+    ws.dispose(now);
     // The before contents of git-clean files are read from git's objects
     // (and left there when committed at HEAD, else stored): on two threads
     // when many files changed.
@@ -1314,11 +1252,7 @@ pub fn post(ws: &Workspace, cfg: &Config, pre: &Snapshot) -> Result<Scanned, Wor
     }
     crate::timing("scan: contents stored");
     pair_renames(&mut changes);
-    Ok(Scanned {
-        changes,
-        unknown,
-        saving,
-    })
+    Ok(Scanned { changes, unknown })
 }
 
 /// A deleted path and a created one with the same content become one rename.
@@ -1426,7 +1360,6 @@ mod tests {
         std::fs::write(t.path().join("b.txt"), b"b").unwrap();
         let scanned = post(&ws, &cfg, &before).unwrap();
         assert_eq!(scanned.changes.len(), 1);
-        scanned.saving.wait(&ws).unwrap();
         let now = current(&ws);
         assert!(now.entries.keys().any(|k| k == b"b.txt"));
 

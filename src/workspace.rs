@@ -443,11 +443,6 @@ impl Workspace {
         crate::progress::report(self.progress, what, done, total, unit);
     }
 
-    /// Whether it was opened [`short_lived`](OpenOptions::short_lived).
-    pub(crate) fn is_short_lived(&self) -> bool {
-        self.short_lived
-    }
-
     /// Drops `v`, or in a [`short_lived`](OpenOptions::short_lived) process
     /// leaves it to the exit.
     pub(crate) fn dispose<T>(&self, v: T) {
