@@ -5,7 +5,8 @@
 //! mappings, and the heap is advised for transparent huge pages before a
 //! workspace builds large tables. Measured on a no-change shell pre+post of
 //! a 100,000-file tree (BENCHMARKS.md, "Hooks"); a one-file Edit does not
-//! change. This is the crate's only `unsafe` code.
+//! change. With the SIGXFSZ handler in `main.rs`, this is the crate's only
+//! `unsafe` code.
 
 /// A hook is a short process that builds and drops a few large tables (the
 /// snapshot it loads, the walk, the map between them: 64 MiB on a

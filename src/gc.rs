@@ -487,16 +487,9 @@ fn remove(ws: &Workspace, doomed: &[Doomed], now: u64) -> Result<Counted, Worksp
         .map_err(|e| FsError::new("open", ".agent-runtime/artifacts", e))?;
     let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
     let mut done = Counted::default();
-    let total = doomed.len() as u64;
+    const REMOVING: &str = "removing what gc collects";
     for (i, d) in doomed.iter().enumerate() {
-        if i % 256 == 0 {
-            ws.progress(
-                "removing what gc collects",
-                i as u64,
-                total,
-                crate::progress::Unit::Items,
-            );
-        }
+        ws.progress_items(REMOVING, i, doomed.len());
         if !dirs.contains_key(d.dir.as_str()) {
             match fs_util::open_dir(art.as_fd(), &d.dir) {
                 Ok(fd) => {
@@ -537,12 +530,7 @@ fn remove(ws: &Workspace, doomed: &[Doomed], now: u64) -> Result<Counted, Worksp
                 .map_err(|e| FsError::new("gc", "artifacts", e))?;
         }
     }
-    ws.progress(
-        "removing what gc collects",
-        total,
-        total,
-        crate::progress::Unit::Items,
-    );
+    ws.progress_items(REMOVING, doomed.len(), doomed.len());
     Ok(done)
 }
 

@@ -409,6 +409,9 @@ pub struct LedgerRead {
     pub corruption: Option<Corruption>,
 }
 
+/// A record with its line as stored (without the `\n`).
+pub type RawRecord = (Vec<u8>, Record);
+
 /// What one appended record got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Appended {
@@ -712,8 +715,7 @@ impl Ledger {
     /// ledger marked damaged): the caller reads the whole ledger, which
     /// says what is wrong. Damage further back is not seen here: `ckpt
     /// verify` checks the whole chain.
-    #[allow(clippy::type_complexity)]
-    pub fn read_last(&self, n: usize) -> Result<Option<Vec<(Vec<u8>, Record)>>, LedgerError> {
+    pub fn read_last(&self, n: usize) -> Result<Option<Vec<RawRecord>>, LedgerError> {
         if damaged_mark(self.rt.as_fd()).is_some() {
             return Ok(None);
         }

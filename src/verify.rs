@@ -315,16 +315,9 @@ impl Workspace {
                 blobs.entry(h).or_insert(r.seq);
             }
         }
-        let total = blobs.len() as u64;
+        const CHECKING: &str = "checking stored contents";
         for (i, (h, seq)) in blobs.iter().enumerate() {
-            if i % 256 == 0 {
-                self.progress(
-                    "checking stored contents",
-                    i as u64,
-                    total,
-                    crate::progress::Unit::Items,
-                );
-            }
+            self.progress_items(CHECKING, i, blobs.len());
             if let Err(e) = self.blobs().check(h) {
                 if matches!(e, crate::blob_store::BlobError::Missing(_)) && collectable_blob(h) {
                     collected += 1;
@@ -338,12 +331,7 @@ impl Workspace {
                 });
             }
         }
-        self.progress(
-            "checking stored contents",
-            total,
-            total,
-            crate::progress::Unit::Items,
-        );
+        self.progress_items(CHECKING, blobs.len(), blobs.len());
         // Checkpoint files whose record is missing: their anchors still tell
         // whether the ledger was cut back (`ledger_truncated`).
         let files = checkpoint::list_files(rt).unwrap_or_default();

@@ -438,9 +438,19 @@ impl Workspace {
         }
     }
 
-    /// Tells [`OpenOptions::progress`] how far `what` has got.
-    pub(crate) fn progress(&self, what: &str, done: u64, total: u64, unit: crate::progress::Unit) {
-        crate::progress::report(self.progress, what, done, total, unit);
+    /// Tells [`OpenOptions::progress`] that `done` of `total` items of
+    /// `what` are done: every 256th item and the last (`done == total`, to
+    /// be called once the loop is over).
+    pub(crate) fn progress_items(&self, what: &str, done: usize, total: usize) {
+        if done.is_multiple_of(256) || done >= total {
+            crate::progress::report(
+                self.progress,
+                what,
+                done as u64,
+                total as u64,
+                crate::progress::Unit::Items,
+            );
+        }
     }
 
     /// Drops `v`, or in a [`short_lived`](OpenOptions::short_lived) process

@@ -91,7 +91,12 @@ pub fn publish(bench: &str, command: &str, body: &str) {
         eprintln!("{bench}: BENCHMARKS.md's markers are out of order: not written");
         return;
     }
-    let stamp = format!("_Measured {} by `{command}`: {}._\n\n", today(), machine());
+    let stamp = format!(
+        "_Measured {} at {} by `{command}`: {}._\n\n",
+        today(),
+        commit(),
+        machine()
+    );
     let new = format!(
         "{}{begin}{stamp}{}\n{}",
         &text[..a],
@@ -112,6 +117,25 @@ fn today() -> String {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map_or_else(|| "(date unknown)".into(), |s| s.trim().to_string())
+}
+
+/// The commit measured (`+changes` when the tree differs from it).
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "(commit unknown)".into();
+    };
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    format!("commit {head}{}", if dirty { "+changes" } else { "" })
 }
 
 /// The CPU, its count and the kernel, as far as this system tells.
