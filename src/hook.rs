@@ -125,7 +125,7 @@ struct CallState {
     scan: bool,
     /// The agent process the call belongs to, when known.
     #[serde(default)]
-    proc: Option<crate::procs::ProcId>,
+    proc: Option<crate::sys::procs::ProcId>,
     /// The payload format (`claude`, `codex`, …), for the record that closes
     /// the call without a post.
     #[serde(default)]
@@ -1080,7 +1080,7 @@ fn closes(s: &CallState, why: Close<'_>) -> bool {
         }
         Close::AgentGone => s
             .proc
-            .is_some_and(|p| crate::procs::alive(&p) == Some(false)),
+            .is_some_and(|p| crate::sys::procs::alive(&p) == Some(false)),
     }
 }
 
@@ -1092,7 +1092,7 @@ pub fn running_calls(ws: &Workspace) -> std::collections::HashSet<String> {
         .filter(|s| {
             !s.turn_ended
                 && s.proc
-                    .is_some_and(|p| crate::procs::alive(&p) == Some(true))
+                    .is_some_and(|p| crate::sys::procs::alive(&p) == Some(true))
         })
         .map(|s| s.call)
         .collect()
@@ -1253,7 +1253,7 @@ fn open_scan_calls(ws: &Workspace, me: &str, session: Option<&str>) -> Vec<Strin
     let mut out: Vec<String> = open_calls(ws)
         .into_iter()
         .filter(|s| s.scan && s.call != me && !s.turn_ended)
-        .filter(|s| match s.proc.map(|p| crate::procs::alive(&p)) {
+        .filter(|s| match s.proc.map(|p| crate::sys::procs::alive(&p)) {
             Some(Some(alive)) => alive,
             _ => s.session.as_deref() == session,
         })

@@ -162,16 +162,16 @@ pub fn log_refusal(req: &Request<'_>, code: &str, fields: serde_json::Value) {
 /// Claude Code's `CLAUDE_PID` for a Claude Code payload: Claude Code
 /// exports it to its Bash commands too, so a Codex started from one carries
 /// it), else the nearest ancestor that is not a shell.
-fn agent_process(req: &Request<'_>, format: Format) -> Option<crate::procs::ProcId> {
+fn agent_process(req: &Request<'_>, format: Format) -> Option<crate::sys::procs::ProcId> {
     if let Some(pid) = req.agent_pid {
-        return crate::procs::id_of(pid);
+        return crate::sys::procs::id_of(pid);
     }
     if format == Format::Claude
         && let Some(pid) = req.claude_pid
     {
-        return crate::procs::id_of(pid);
+        return crate::sys::procs::id_of(pid);
     }
-    crate::procs::agent_of_this_hook()
+    crate::sys::procs::agent_of_this_hook()
 }
 
 /// The workspace a hook records into: the request's workspace, else the

@@ -73,7 +73,6 @@ pub mod open;
 mod par;
 pub mod patch;
 pub mod paths;
-pub mod procs;
 pub mod progress;
 pub mod record;
 pub mod recover;

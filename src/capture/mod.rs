@@ -352,7 +352,7 @@ pub struct HookEvent {
     /// The agent process the call belongs to (set by the caller, not read
     /// from the payload): a call whose agent is gone can be closed from what
     /// is on disk (see [`crate::procs`]).
-    pub owner: Option<crate::procs::ProcId>,
+    pub owner: Option<crate::sys::procs::ProcId>,
     /// Set by ckpt (never read from a payload) on the after-event it makes
     /// for a call cut short whose effects reach outside the workspace: its
     /// end says their outcome is unknown.

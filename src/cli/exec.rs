@@ -52,7 +52,7 @@ pub fn run(_ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     .map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     // The call is this process's: if it is killed, the next ckpt command
     // records what the command changed as this call's.
-    ev.owner = ckpt::procs::this_process();
+    ev.owner = ckpt::sys::procs::this_process();
     let pre = ckpt::hook::run(&ws, &cfg, &ev);
     for w in pre.iter().flat_map(|s| &s.warnings) {
         super::ui::note(&format!("ckpt warning: {w}"));

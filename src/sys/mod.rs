@@ -17,6 +17,7 @@
 //! | [`list_dir`]             | `getdents64` into the caller's buffer         | `readdir`                          |
 //! | [`birth_ms`]             | `statx(STATX_BTIME)`                          | `st_birthtime` on Apple and BSDs   |
 //! | [`path_of_dir`]          | `/proc/self/fd`                               | `F_GETPATH` on Apple               |
+//! | [`procs`]                | `/proc/<pid>/stat`, `/proc/self/ns/pid`       | unknown (`None`): calls closed by turn ends only |
 //!
 //! Capabilities that a kernel may lack at run time (`openat2` under an old
 //! kernel or a seccomp filter) are found by use and kept in a value (a
@@ -31,6 +32,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, FileType, Mode};
 
 mod beneath;
+pub mod procs;
 
 pub use beneath::{Beneath, Refusal, unsafe_path};
 
