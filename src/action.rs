@@ -40,12 +40,9 @@ pub(crate) fn write_conflict_file(
     let (dir, _) =
         fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), "conflicts", ws.durable())
             .map_err(|e| FsError::new("open", ".agent-runtime/conflicts", e))?;
-    let blob = |h: &Option<ContentHash>| {
-        h.map(|h| {
-            let hex = h.hex();
-            format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..])
-        })
-    };
+    // A big content stored as chunks is named by its manifest (`ckpt
+    // resolve` and `ckpt conflicts` read it whole).
+    let blob = |h: &Option<ContentHash>| h.map(|h| ws.blobs().path_of(&h));
     let doc = json!({
         "conflict": c,
         "blobs": {"base": blob(&c.base_ref), "agent": blob(&c.agent_ref), "current": blob(&c.current_ref)},

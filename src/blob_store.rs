@@ -7,6 +7,14 @@
 //! durable before any ledger record names it. Reads re-hash every byte; a blob
 //! that does not match its name, or is not a regular file, is an error and is
 //! never used. Blobs are only ever addressed by hash, never by a path from a ledger.
+//!
+//! Contents of [`CHUNKED_FROM`] bytes or more are stored as chunks: cut
+//! where the bytes say (content-defined chunking, FastCDC), each chunk a
+//! blob of its own, and a manifest `artifacts/chunks/<2 hex>/<62 hex>`
+//! named by the whole content's hash listing them. Two versions of a big
+//! file that differ in a few places share every other chunk: a 200 MB file
+//! with 4 bytes appended costs one more chunk, not 200 MB. The manifest is
+//! published after its chunks; readers re-hash each chunk and the whole.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -25,6 +33,63 @@ use crate::hash::{ContentHash, Hasher};
 /// Files at most this big are read whole before storing (and skipped when the
 /// store already has them); larger ones stream through a temp file.
 const SMALL_FILE: u64 = 4 * 1024 * 1024;
+
+/// Contents at least this big are stored as chunks (see the module doc).
+pub const CHUNKED_FROM: u64 = 16 * 1024 * 1024;
+
+/// The chunk sizes: at least, on average, at most (FastCDC's parameters).
+const CHUNK_MIN: usize = 256 * 1024;
+const CHUNK_AVG: usize = 1024 * 1024;
+const CHUNK_MAX: usize = 4 * 1024 * 1024;
+
+/// A manifest's first line.
+const MANIFEST_MAGIC: &str = "ckpt-chunks 1";
+
+/// A chunked content: its size and chunks (hash, length) in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Manifest {
+    size: u64,
+    chunks: Vec<(ContentHash, u64)>,
+}
+
+impl Manifest {
+    fn to_text(&self) -> String {
+        let mut s = format!("{MANIFEST_MAGIC}\n{}\n", self.size);
+        for (h, n) in &self.chunks {
+            s.push_str(&format!("{} {n}\n", h.hex()));
+        }
+        s
+    }
+
+    /// `None` for anything but a whole, consistent manifest.
+    fn parse(text: &[u8]) -> Option<Manifest> {
+        let text = std::str::from_utf8(text).ok()?;
+        let mut lines = text.strip_suffix('\n')?.split('\n');
+        if lines.next()? != MANIFEST_MAGIC {
+            return None;
+        }
+        let size: u64 = lines.next()?.parse().ok()?;
+        let mut chunks = Vec::new();
+        let mut total = 0u64;
+        for l in lines {
+            let (hex, n) = l.split_once(' ')?;
+            let n: u64 = n.parse().ok()?;
+            // Chunks are whole blobs no bigger than FastCDC's maximum.
+            if n == 0 || n > CHUNK_MAX as u64 {
+                return None;
+            }
+            total = total.checked_add(n)?;
+            chunks.push((ContentHash::from_hex(hex)?, n));
+        }
+        (total == size).then_some(Manifest { size, chunks })
+    }
+}
+
+/// The name of `h`'s manifest under `artifacts/`.
+fn manifest_path(h: &ContentHash) -> String {
+    let (fan, rest) = rel_name(h);
+    format!("chunks/{fan}/{rest}")
+}
 
 /// What went wrong with a blob.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +117,18 @@ pub enum BlobError {
 }
 
 impl BlobError {
+    /// The content the error is about (a chunk's, for a content stored as
+    /// chunks whose chunk failed).
+    pub fn hash(&self) -> Option<&ContentHash> {
+        match self {
+            BlobError::Missing(h)
+            | BlobError::GitMissing(h, _)
+            | BlobError::HashMismatch(h)
+            | BlobError::NotRegular(h) => Some(h),
+            BlobError::Io(_) => None,
+        }
+    }
+
     /// Returns the stable problem code (`blob_missing`, …).
     pub fn code(&self) -> &'static str {
         match self {
@@ -348,8 +425,252 @@ impl BlobStore {
         // runs for every file a call or a rollback touches.
         match crate::sys::lstat_at(blobs, format!("{fan}/{rest}").as_str()) {
             Ok(st) if st.file_type() == FileType::RegularFile => Some((st.size, st.mode & 0o777)),
-            _ => None,
+            _ => self
+                .manifest(h)
+                .ok()
+                .flatten()
+                .map(|(m, _)| (m.size, 0o600)),
         }
+    }
+
+    /// Where `h` is kept under `.agent-runtime/` (for messages and
+    /// `repair`): its blob, or its manifest when it is stored as chunks.
+    pub fn path_of(&self, h: &ContentHash) -> String {
+        let (fan, rest) = rel_name(h);
+        let whole = format!("artifacts/blobs/{fan}/{rest}");
+        let blob_there = self
+            .blobs_dir()
+            .ok()
+            .is_some_and(|b| crate::sys::lstat_at(b, format!("{fan}/{rest}").as_str()).is_ok());
+        if !blob_there && matches!(self.manifest(h), Ok(Some(_)) | Err(_)) {
+            return format!("artifacts/{}", manifest_path(h));
+        }
+        whole
+    }
+
+    /// `artifacts/chunks/`, opened (created when `create`).
+    fn chunks_dir(&self, create: bool) -> Result<Option<OwnedFd>, BlobError> {
+        let what = "artifacts/chunks";
+        if create {
+            let (art, _) =
+                fs_util::open_or_create_private_dir(self.rt.as_fd(), "artifacts", &self.durable)
+                    .map_err(|e| Self::err("open", "artifacts", e))?;
+            let (d, _) = fs_util::open_or_create_private_dir(art.as_fd(), "chunks", &self.durable)
+                .map_err(|e| Self::err("open", what, e))?;
+            return Ok(Some(d));
+        }
+        match fs_util::open_dir(self.rt.as_fd(), what) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Self::err("open", what, e)),
+        }
+    }
+
+    /// `h`'s manifest and its open file, if `h` is stored as chunks. A
+    /// manifest that does not parse is damaged: [`BlobError::HashMismatch`].
+    fn manifest(&self, h: &ContentHash) -> Result<Option<(Manifest, File)>, BlobError> {
+        let Some(dir) = self.chunks_dir(false)? else {
+            return Ok(None);
+        };
+        let (fan, rest) = rel_name(h);
+        let path = format!("{fan}/{rest}");
+        let (mut f, size) = match fs_util::open_regular_at_sized(dir.as_fd(), OsStr::new(&path)) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if fs_util::Refusal::of(&e).is_some() => return Err(BlobError::NotRegular(*h)),
+            Err(e) => return Err(Self::err("open", "artifacts/chunks", e)),
+        };
+        // A manifest lists at most one line per 256 KiB of content.
+        if size > 1 << 26 {
+            return Err(BlobError::HashMismatch(*h));
+        }
+        let text = fs_util::read_to_end_sized(&mut f, size)
+            .map_err(|e| Self::err("read", "artifacts/chunks", e))?;
+        match Manifest::parse(&text) {
+            Some(m) => Ok(Some((m, f))),
+            None => Err(BlobError::HashMismatch(*h)),
+        }
+    }
+
+    /// The hashes of the chunks `h` is stored as (none when it is not).
+    pub fn chunks_of(&self, h: &ContentHash) -> Result<Vec<ContentHash>, BlobError> {
+        Ok(self
+            .manifest(h)?
+            .map(|(m, _)| m.chunks.into_iter().map(|(c, _)| c).collect())
+            .unwrap_or_default())
+    }
+
+    /// [`found_sound`](Self::found_sound) for a content stored as chunks:
+    /// every chunk sound (its bytes the matching part of `data`, or, without
+    /// `data`, the whole hashing to `h`), then the manifest joins the
+    /// durable set, freshened like a found blob.
+    fn found_sound_chunked(&self, h: &ContentHash, data: Option<&[u8]>) -> Result<bool, BlobError> {
+        let (m, f) = match self.manifest(h) {
+            Ok(Some(x)) => x,
+            Ok(None) | Err(BlobError::HashMismatch(_) | BlobError::NotRegular(_)) => {
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        match data {
+            Some(d) => {
+                if d.len() as u64 != m.size {
+                    return Ok(false);
+                }
+                let mut at = 0usize;
+                for (c, n) in &m.chunks {
+                    let part = &d[at..at + *n as usize];
+                    at += *n as usize;
+                    if self.found_sound_blob(c, Some(part))? != Some(true) {
+                        return Ok(false);
+                    }
+                }
+            }
+            None => {
+                for (c, _) in &m.chunks {
+                    if self.found_sound_blob(c, None)? != Some(true) {
+                        return Ok(false);
+                    }
+                }
+                let mut hasher = Hasher::new();
+                if self.copy_chunks(&m, &mut HashWriter(&mut hasher)).is_err()
+                    || hasher.finish() != *h
+                {
+                    return Ok(false);
+                }
+            }
+        }
+        self.freshen_and_keep(&f, h, true)?;
+        Ok(true)
+    }
+
+    /// Streams the chunks of `m` into `w`, each re-hashed (chunks are whole
+    /// blobs: never chunked themselves, never read from git).
+    fn copy_chunks(&self, m: &Manifest, w: &mut dyn Write) -> Result<u64, BlobError> {
+        let mut total = 0;
+        for (c, n) in &m.chunks {
+            let (f, size) = self.open_sized(c)?;
+            let got = Self::copy_blob(c, f, size, w)?;
+            if got != *n {
+                return Err(BlobError::HashMismatch(*c));
+            }
+            total += got;
+        }
+        Ok(total)
+    }
+
+    /// Stores what `reader` yields as chunks and a manifest (see the module
+    /// doc); returns the whole content's hash and size.
+    fn put_chunked(&self, reader: &mut dyn Read) -> Result<(ContentHash, u64), BlobError> {
+        let mut hasher = Hasher::new();
+        let mut chunks = Vec::new();
+        let mut total = 0u64;
+        for chunk in fastcdc::v2020::StreamCDC::new(reader, CHUNK_MIN, CHUNK_AVG, CHUNK_MAX) {
+            let chunk = chunk.map_err(|e| Self::err("read", "source file", cdc_error(e)))?;
+            hasher.update(&chunk.data);
+            let c = self.put_slice(&chunk.data)?;
+            chunks.push((c, chunk.data.len() as u64));
+            total += chunk.data.len() as u64;
+        }
+        let h = hasher.finish();
+        let m = Manifest {
+            size: total,
+            chunks,
+        };
+        self.publish_manifest(&h, &m)?;
+        Ok((h, total))
+    }
+
+    /// Gives `m` its name, after its chunks (each published or found sound
+    /// above): an equal manifest already there is kept (freshened), any
+    /// other replaced (ours lists chunks just checked).
+    fn publish_manifest(&self, h: &ContentHash, m: &Manifest) -> Result<(), BlobError> {
+        let text = m.to_text();
+        let tmp = self.tmp_dir()?;
+        let name = fs_util::temp_name("chunks-");
+        let mut f = self.create_tmp(&name)?;
+        let drop_tmp = || {
+            let _ = rustix::fs::unlinkat(tmp, name.as_str(), AtFlags::empty());
+        };
+        if let Err(e) = f.write_all(text.as_bytes()) {
+            drop_tmp();
+            return Err(Self::err("write", "tmp", e));
+        }
+        failpoint::hit("blob.before_publish").map_err(|e| Self::err("publish", "chunks", e))?;
+        let dir = self.chunks_dir(true)?.expect("created");
+        let (fan, rest) = rel_name(h);
+        let (fanfd, _) = fs_util::open_or_create_private_dir(dir.as_fd(), &fan, &self.durable)
+            .map_err(|e| Self::err("create", "artifacts/chunks", e))?;
+        match crate::sys::rename_noreplace(tmp.as_fd(), &name, fanfd.as_fd(), &rest) {
+            Ok(true) => {
+                self.durable
+                    .content(&f)
+                    .and_then(|()| self.durable.content_dir(&fanfd))
+                    .map_err(|e| Self::err("sync", "artifacts/chunks", e))?;
+            }
+            Ok(false) => match self.manifest(h) {
+                Ok(Some((there, found))) if there == *m => {
+                    drop_tmp();
+                    self.freshen_and_keep(&found, h, true)?;
+                }
+                _ => {
+                    if let Err(e) = rustix::fs::renameat(tmp, name.as_str(), &fanfd, rest.as_str())
+                    {
+                        drop_tmp();
+                        return Err(Self::err("repair", "chunks", e));
+                    }
+                    self.durable
+                        .content(&f)
+                        .and_then(|()| self.durable.content_dir(&fanfd))
+                        .map_err(|e| Self::err("sync", "artifacts/chunks", e))?;
+                }
+            },
+            Err(e) => {
+                drop_tmp();
+                return Err(Self::err("publish", "chunks", e));
+            }
+        }
+        failpoint::hit("blob.after_publish").map_err(|e| Self::err("publish", "chunks", e))?;
+        Ok(())
+    }
+
+    /// A stored copy found and about to be named again: freshened (as git
+    /// freshens an object it finds, for `git prune`: `ckpt gc` never
+    /// removes one touched within its grace period; a failure only costs
+    /// that protection against a gc running this very moment) and joined
+    /// to the durable set (another process may have stored it moments ago,
+    /// its sync not done yet).
+    fn freshen_and_keep(&self, f: &File, h: &ContentHash, manifest: bool) -> Result<(), BlobError> {
+        let now = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        };
+        let omit = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        };
+        let _ = rustix::fs::futimens(
+            f,
+            &rustix::fs::Timestamps {
+                last_access: omit,
+                last_modification: now,
+            },
+        );
+        let (fan, _) = rel_name(h);
+        let synced = if manifest {
+            let dir = self.chunks_dir(true)?.expect("created");
+            let fanfd = fs_util::open_dir(dir.as_fd(), &fan)
+                .map_err(|e| Self::err("open", "artifacts/chunks", e))?;
+            self.durable
+                .content(f)
+                .and_then(|()| self.durable.content_dir(&fanfd))
+        } else {
+            let fanfd = self.fan_dir(&fan)?;
+            self.durable
+                .content(f)
+                .and_then(|()| self.durable.content_dir(fanfd))
+        };
+        synced.map_err(|e| Self::err("sync", "artifacts/blobs", e))
     }
 
     /// A copy of `h` already stored is used only once its bytes are `data`
@@ -361,9 +682,23 @@ impl BlobStore {
     /// sync not done yet (syncing clean data is cheap). `Ok(false)`: absent
     /// or unsound, store it anew.
     fn found_sound(&self, h: &ContentHash, data: Option<&[u8]>) -> Result<bool, BlobError> {
+        match self.found_sound_blob(h, data)? {
+            Some(sound) => Ok(sound),
+            None => self.found_sound_chunked(h, data),
+        }
+    }
+
+    /// [`found_sound`](Self::found_sound) of a whole blob only; `None` when
+    /// there is none under `h`'s name.
+    fn found_sound_blob(
+        &self,
+        h: &ContentHash,
+        data: Option<&[u8]>,
+    ) -> Result<Option<bool>, BlobError> {
         let (mut f, size) = match self.open_sized(h) {
             Ok(x) => x,
-            Err(BlobError::Missing(_) | BlobError::NotRegular(_)) => return Ok(false),
+            Err(BlobError::Missing(_)) => return Ok(None),
+            Err(BlobError::NotRegular(_)) => return Ok(Some(false)),
             Err(e) => return Err(e),
         };
         let sound = match data {
@@ -376,34 +711,10 @@ impl BlobStore {
             None => hash_all(&mut f).map_err(|e| Self::err("read", "artifacts/blobs", e))? == *h,
         };
         if !sound {
-            return Ok(false);
+            return Ok(Some(false));
         }
-        // Freshened, as git freshens an object it finds for `git prune`: a
-        // copy found now is about to be named, and `ckpt gc` never removes
-        // one touched within its grace period. (A failure only costs that
-        // protection against a gc running this very moment: not an error.)
-        let now = rustix::fs::Timespec {
-            tv_sec: 0,
-            tv_nsec: rustix::fs::UTIME_NOW,
-        };
-        let omit = rustix::fs::Timespec {
-            tv_sec: 0,
-            tv_nsec: rustix::fs::UTIME_OMIT,
-        };
-        let _ = rustix::fs::futimens(
-            &f,
-            &rustix::fs::Timestamps {
-                last_access: omit,
-                last_modification: now,
-            },
-        );
-        let (fan, _) = rel_name(h);
-        let fanfd = self.fan_dir(&fan)?;
-        self.durable
-            .content(&f)
-            .and_then(|()| self.durable.content_dir(fanfd))
-            .map_err(|e| Self::err("sync", "artifacts/blobs", e))?;
-        Ok(true)
+        self.freshen_and_keep(&f, h, false)?;
+        Ok(Some(true))
     }
 
     /// Creates a temp file in `tmp/` for a new blob.
@@ -431,6 +742,19 @@ impl BlobStore {
     fn put_slice(&self, data: &[u8]) -> Result<ContentHash, BlobError> {
         let h = ContentHash::of(data);
         if self.found_sound(&h, Some(data))? {
+            return Ok(h);
+        }
+        if data.len() as u64 >= CHUNKED_FROM {
+            let mut chunks = Vec::new();
+            for c in fastcdc::v2020::FastCDC::new(data, CHUNK_MIN, CHUNK_AVG, CHUNK_MAX) {
+                let part = &data[c.offset..c.offset + c.length];
+                chunks.push((self.put_slice(part)?, part.len() as u64));
+            }
+            let m = Manifest {
+                size: data.len() as u64,
+                chunks,
+            };
+            self.publish_manifest(&h, &m)?;
             return Ok(h);
         }
         let tmp = self.tmp_dir()?;
@@ -493,6 +817,9 @@ impl BlobStore {
                 .map_err(|e| Self::err("read", "source file", e))?;
             let n = data.len() as u64;
             return Ok((self.put_vec(data)?, n));
+        }
+        if size >= CHUNKED_FROM && size != u64::MAX {
+            return self.put_chunked(file);
         }
         self.put_reader(file)
     }
@@ -567,7 +894,17 @@ impl BlobStore {
             return Ok(b.as_ref().clone());
         }
         let (mut f, size) = match self.open_sized(h) {
-            Err(BlobError::Missing(_)) => return self.read_from_git(h),
+            Err(BlobError::Missing(_)) => {
+                let Some((m, _)) = self.manifest(h)? else {
+                    return self.read_from_git(h);
+                };
+                let mut v = Vec::with_capacity(m.size as usize);
+                self.copy_chunks(&m, &mut v)?;
+                if ContentHash::of(&v) != *h {
+                    return Err(BlobError::HashMismatch(*h));
+                }
+                return Ok(v);
+            }
             r => r?,
         };
         let v = fs_util::read_to_end_sized(&mut f, size)
@@ -581,8 +918,22 @@ impl BlobStore {
     /// Streams a blob into `w`, checking the hash at the end. On `Err` the caller
     /// must discard what it received.
     pub fn copy_to(&self, h: &ContentHash, w: &mut dyn Write) -> Result<u64, BlobError> {
-        let (mut f, size) = match self.open_sized(h) {
+        let (f, size) = match self.open_sized(h) {
             Err(BlobError::Missing(_)) => {
+                if let Some((m, _)) = self.manifest(h)? {
+                    let mut hasher = Hasher::new();
+                    let n = self.copy_chunks(
+                        &m,
+                        &mut Tee {
+                            hasher: &mut hasher,
+                            w,
+                        },
+                    )?;
+                    if hasher.finish() != *h {
+                        return Err(BlobError::HashMismatch(*h));
+                    }
+                    return Ok(n);
+                }
                 let bytes = self.read_from_git(h)?;
                 w.write_all(&bytes)
                     .map_err(|e| Self::err("copy", "blob", e))?;
@@ -590,6 +941,17 @@ impl BlobStore {
             }
             r => r?,
         };
+        Self::copy_blob(h, f, size, w)
+    }
+
+    /// Streams the blob file `f` (`size` bytes, named `h`) into `w`,
+    /// checking the hash at the end.
+    fn copy_blob(
+        h: &ContentHash,
+        mut f: File,
+        size: u64,
+        w: &mut dyn Write,
+    ) -> Result<u64, BlobError> {
         let mut hasher = Hasher::new();
         // Sized to the blob (most are small): zeroing a 1 MiB buffer per copy
         // was a tenth of a 110-file rollback's CPU time.
@@ -616,6 +978,44 @@ impl BlobStore {
     /// Checks that a blob exists, is a regular file and hashes to its name.
     pub fn check(&self, h: &ContentHash) -> Result<(), BlobError> {
         self.copy_to(h, &mut io::sink()).map(|_| ())
+    }
+}
+
+/// A writer that only hashes.
+struct HashWriter<'a>(&'a mut Hasher);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.update(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer that hashes what it passes on.
+struct Tee<'a> {
+    hasher: &'a mut Hasher,
+    w: &'a mut dyn Write,
+}
+
+impl Write for Tee<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let n = self.w.write(b)?;
+        self.hasher.update(&b[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// FastCDC's read error as an I/O error.
+fn cdc_error(e: fastcdc::v2020::Error) -> io::Error {
+    match e {
+        fastcdc::v2020::Error::IoError(e) => e,
+        other => io::Error::other(format!("{other:?}")),
     }
 }
 
@@ -733,6 +1133,175 @@ mod tests {
             assert_eq!(again, h);
             assert_eq!(store.get(&h).unwrap(), data);
         }
+    }
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+
+    /// `n` bytes of deterministic noise (xorshift), different per `seed`.
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+
+    fn store_in(dir: &std::path::Path) -> BlobStore {
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, dir).unwrap());
+        BlobStore::new(rt, Arc::new(Durable::new(crate::durable::Fsync::Off)))
+    }
+
+    /// The bytes of the files under `dir`, recursively.
+    fn du(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir).map_or(0, |rd| {
+            rd.map(|e| {
+                let e = e.unwrap();
+                let md = e.metadata().unwrap();
+                if md.is_dir() { du(&e.path()) } else { md.len() }
+            })
+            .sum()
+        })
+    }
+
+    #[test]
+    fn a_manifest_parses_back_and_nothing_else_does() {
+        let a = ContentHash::of(b"a");
+        let b = ContentHash::of(b"b");
+        let m = Manifest {
+            size: 300_000 + 5,
+            chunks: vec![(a, 300_000), (b, 5)],
+        };
+        assert_eq!(Manifest::parse(m.to_text().as_bytes()), Some(m.clone()));
+        let text = m.to_text();
+        let bad = [
+            String::new(),
+            "garbage".to_string(),
+            text.trim_end().to_string(), // torn: no final newline
+            text.replace("ckpt-chunks 1", "ckpt-chunks 2"), // unknown format
+            text.replace("300005", "300006"), // sizes disagree
+            text.replace(" 5\n", " 0\n").replace("300005", "300000"), // empty chunk
+            text.replace(&a.hex()[..10], "zzzzzzzzzz"), // not a hash
+            format!(
+                "{MANIFEST_MAGIC}\n{}\n{} {}\n",
+                CHUNK_MAX + 1,
+                a.hex(),
+                CHUNK_MAX + 1
+            ),
+        ];
+        for t in bad {
+            assert_eq!(Manifest::parse(t.as_bytes()), None, "{t:?}");
+        }
+    }
+
+    /// A big content is stored as chunks (no whole blob), a version with
+    /// four bytes changed in the middle adds about one chunk, and both read
+    /// back byte for byte by every reader.
+    #[test]
+    fn big_contents_are_chunked_and_versions_share_their_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_in(dir.path());
+        let v1 = noise(20 << 20, 7);
+        let mut v2 = v1.clone();
+        v2[10 << 20..(10 << 20) + 4].copy_from_slice(b"abcd");
+        let src = dir.path().join("v1");
+        std::fs::write(&src, &v1).unwrap();
+        let (h1, n) = store.put_file(&mut File::open(&src).unwrap()).unwrap();
+        assert_eq!((h1, n), (ContentHash::of(&v1), v1.len() as u64));
+        let h2 = store.put_bytes(&v2).unwrap();
+        assert_eq!(h2, ContentHash::of(&v2));
+        let blobs = du(&dir.path().join("artifacts/blobs"));
+        assert!(
+            blobs < v1.len() as u64 + (CHUNK_MAX as u64),
+            "two versions take {blobs} bytes"
+        );
+        for (h, v) in [(h1, &v1), (h2, &v2)] {
+            assert!(store.path_of(&h).starts_with("artifacts/chunks/"));
+            assert!(store.chunks_of(&h).unwrap().len() > 4);
+            assert_eq!(&store.get(&h).unwrap(), v);
+            let mut out = Vec::new();
+            assert_eq!(store.copy_to(&h, &mut out).unwrap(), v.len() as u64);
+            assert_eq!(&out, v);
+            store.check(&h).unwrap();
+            assert!(store.contains(&h));
+        }
+        // Storing either again adds nothing.
+        store.put_bytes(&v1).unwrap();
+        store.put_file(&mut File::open(&src).unwrap()).unwrap();
+        assert_eq!(du(&dir.path().join("artifacts/blobs")), blobs);
+        // No whole blob of either: every stored file is a chunk.
+        for h in [h1, h2] {
+            let (fan, rest) = rel_name(&h);
+            assert!(
+                !dir.path()
+                    .join("artifacts/blobs")
+                    .join(fan)
+                    .join(rest)
+                    .exists()
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
+    }
+
+    /// A damaged chunk fails every reader with the chunk's own hash (so
+    /// verify names the chunk), and storing the content again replaces it;
+    /// a manifest that is garbage fails as the content's damage, without a
+    /// panic, and is replaced the same way.
+    #[test]
+    fn a_damaged_chunk_or_manifest_is_refused_then_replaced_by_the_next_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_in(dir.path());
+        let v = noise(17 << 20, 11);
+        let h = store.put_bytes(&v).unwrap();
+        let chunks = store.chunks_of(&h).unwrap();
+        let victim = chunks[chunks.len() / 2];
+        let (fan, rest) = rel_name(&victim);
+        let at = dir.path().join("artifacts/blobs").join(fan).join(rest);
+        let mut bytes = std::fs::read(&at).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&at, &bytes).unwrap();
+        for e in [store.get(&h).unwrap_err(), store.check(&h).unwrap_err()] {
+            assert_eq!(e.code(), "blob_hash_mismatch");
+            assert_eq!(e.hash(), Some(&victim));
+        }
+        assert!(store.path_of(&victim).starts_with("artifacts/blobs/"));
+        assert_eq!(store.put_bytes(&v).unwrap(), h);
+        assert_eq!(store.get(&h).unwrap(), v);
+
+        let manifest = dir.path().join("artifacts").join(manifest_path(&h));
+        for garbage in [&b"garbage"[..], b"", &vec![b'x'; 1 << 20]] {
+            std::fs::write(&manifest, garbage).unwrap();
+            let e = store.get(&h).unwrap_err();
+            assert_eq!((e.code(), e.hash()), ("blob_hash_mismatch", Some(&h)));
+            assert!(store.check(&h).is_err());
+            assert!(store.chunks_of(&h).is_err());
+            assert_eq!(
+                store.path_of(&h),
+                format!("artifacts/{}", manifest_path(&h))
+            );
+            assert_eq!(store.put_bytes(&v).unwrap(), h);
+            assert_eq!(store.get(&h).unwrap(), v);
+        }
+        // A manifest whose chunks are sound but of other bytes: the whole
+        // hash catches it.
+        let other = store.put_bytes(&noise(17 << 20, 12)).unwrap();
+        std::fs::copy(
+            dir.path().join("artifacts").join(manifest_path(&other)),
+            &manifest,
+        )
+        .unwrap();
+        assert_eq!(store.get(&h).unwrap_err().hash(), Some(&h));
+        assert!(store.check(&h).is_err());
     }
 }
 

@@ -208,12 +208,64 @@ fn files_of(dir: &OwnedFd) -> Result<Vec<(String, u64, u64)>, std::io::Error> {
     Ok(out)
 }
 
+/// The fan-out directories (two hex digits) of `dir`, sorted.
+fn hex_fans(dir: &OwnedFd) -> Result<Vec<String>, std::io::Error> {
+    let mut fans: Vec<String> = Vec::new();
+    let mut it = rustix::fs::Dir::read_from(dir)?;
+    for ent in it.by_ref() {
+        let name = ent?.file_name().to_string_lossy().into_owned();
+        if name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            fans.push(name);
+        }
+    }
+    fans.sort();
+    Ok(fans)
+}
+
 fn open_sub(parent: &OwnedFd, name: &str) -> Result<Option<OwnedFd>, std::io::Error> {
     match fs_util::open_dir(parent.as_fd(), name) {
         Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// A file of `artifacts/<sub>/<fan>/` (blobs, chunk manifests): where it
+/// is, the hash its path names (`None` for a stray name) and its mtime.
+struct Fanned {
+    doomed: Doomed,
+    hash: Option<ContentHash>,
+    mtime: u64,
+}
+
+/// The files of `artifacts/<sub>/`'s fan-out directories, in order.
+fn fanned_files(art: &OwnedFd, sub: &str) -> Result<Vec<Fanned>, WorkspaceError> {
+    let io = |what: &str, e: std::io::Error| {
+        WorkspaceError::from(FsError::new("list", format!(".agent-runtime/{what}"), e))
+    };
+    let top = format!("artifacts/{sub}");
+    let Some(dir) = open_sub(art, sub).map_err(|e| io(&top, e))? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for fan in hex_fans(&dir).map_err(|e| io(&top, e))? {
+        let what = format!("{top}/{fan}");
+        let Some(d) = open_sub(&dir, &fan).map_err(|e| io(&what, e))? else {
+            continue;
+        };
+        for (name, size, mtime) in files_of(&d).map_err(|e| io(&what, e))? {
+            out.push(Fanned {
+                hash: ContentHash::from_hex(&format!("{fan}{name}")),
+                mtime,
+                doomed: Doomed {
+                    dir: format!("{sub}/{fan}"),
+                    name,
+                    size,
+                },
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The plan: what goes, under `needed` and the grace period.
@@ -239,36 +291,33 @@ fn plan_files(ws: &Workspace, n: &Needed, now_ms: u64) -> Result<Plan, Workspace
         return Ok(p);
     };
     let old = |mtime: u64| mtime.saturating_add(GRACE_MS) <= now_ms;
-    if let Some(blobs) = open_sub(&art, "blobs").map_err(|e| io("artifacts/blobs", e))? {
-        let mut fans: Vec<String> = Vec::new();
-        let mut it =
-            rustix::fs::Dir::read_from(&blobs).map_err(|e| io("artifacts/blobs", e.into()))?;
-        for ent in it.by_ref() {
-            let ent = ent.map_err(|e| io("artifacts/blobs", e.into()))?;
-            let name = ent.file_name().to_string_lossy().into_owned();
-            if name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
-                fans.push(name);
-            }
+    // Contents stored as chunks: a manifest goes like a blob; the chunks
+    // of every one that stays stay with it (manifests are walked first).
+    let mut chunks_kept: HashSet<ContentHash> = HashSet::new();
+    for f in fanned_files(&art, "chunks")? {
+        if let Some(h) = f.hash.filter(|h| n.hashes.contains(h) || !old(f.mtime)) {
+            let listed = ws.blobs().chunks_of(&h).map_err(|e| {
+                WorkspaceError::Invalid(format!(
+                    "ckpt collects nothing: {e} (.agent-runtime/artifacts/{}/{}); run `ckpt verify`, then `ckpt repair`",
+                    f.doomed.dir, f.doomed.name
+                ))
+            })?;
+            chunks_kept.extend(listed);
+            p.kept_blobs.add(f.doomed.size);
+        } else {
+            p.blobs.add(f.doomed.size);
+            p.doomed.push(f.doomed);
         }
-        fans.sort();
-        for fan in fans {
-            let what = format!("artifacts/blobs/{fan}");
-            let Some(d) = open_sub(&blobs, &fan).map_err(|e| io(&what, e))? else {
-                continue;
-            };
-            for (name, size, mtime) in files_of(&d).map_err(|e| io(&what, e))? {
-                let h = ContentHash::from_hex(&format!("{fan}{name}"));
-                if h.is_some_and(|h| n.hashes.contains(&h)) || !old(mtime) {
-                    p.kept_blobs.add(size);
-                    continue;
-                }
-                p.blobs.add(size);
-                p.doomed.push(Doomed {
-                    dir: format!("blobs/{fan}"),
-                    name,
-                    size,
-                });
-            }
+    }
+    for f in fanned_files(&art, "blobs")? {
+        if f.hash
+            .is_some_and(|h| n.hashes.contains(&h) || chunks_kept.contains(&h))
+            || !old(f.mtime)
+        {
+            p.kept_blobs.add(f.doomed.size);
+        } else {
+            p.blobs.add(f.doomed.size);
+            p.doomed.push(f.doomed);
         }
     }
     for (sub, keep, count) in [

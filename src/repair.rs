@@ -10,7 +10,8 @@
 //! 2. checkpoints anchored to a rewritten record get that record's new hash
 //!    (their old files copied to `damaged/checkpoints/` first);
 //! 3. the rebuilt ledger replaces the old one (temporary file, rename);
-//! 4. damaged blobs go to `damaged/blobs/`;
+//! 4. damaged blobs go to `damaged/blobs/` (a damaged chunk list of a big
+//!    content to `damaged/chunks/`);
 //! 5. the mark that stopped writers goes, and a `repair` record says what
 //!    was done.
 
@@ -219,8 +220,16 @@ impl Workspace {
         let rt = self.runtime_dir();
         let mut out = Vec::new();
         for p in self.verify()?.problems {
-            let Some(path) = p.path.filter(|p| p.starts_with("artifacts/blobs/")) else {
+            let Some(path) = p.path.filter(|p| {
+                p.starts_with("artifacts/blobs/") || p.starts_with("artifacts/chunks/")
+            }) else {
                 continue;
+            };
+            // A chunk manifest goes to `damaged/chunks/`, a blob to `damaged/blobs/`.
+            let (sub, prefix) = if path.starts_with("artifacts/chunks/") {
+                ("chunks", "artifacts/chunks/")
+            } else {
+                ("blobs", "artifacts/blobs/")
             };
             let exists = fs_util::entry_at(rt.as_fd(), path.as_ref())
                 .is_ok_and(|e| e != fs_util::EntryKind::Absent);
@@ -232,15 +241,16 @@ impl Workspace {
                 let dir = fs_util::open_or_create_private_dir(rt.as_fd(), DAMAGED_DIR, d)
                     .map_err(|e| io("create", DAMAGED_DIR, e))?
                     .0;
-                let blobs = fs_util::open_or_create_private_dir(dir.as_fd(), "blobs", d)
-                    .map_err(|e| io("create", "damaged/blobs", e))?
+                let aside = format!("damaged/{sub}");
+                let blobs = fs_util::open_or_create_private_dir(dir.as_fd(), sub, d)
+                    .map_err(|e| io("create", &aside, e))?
                     .0;
-                let name = path.trim_start_matches("artifacts/blobs/").replace('/', "");
+                let name = path.trim_start_matches(prefix).replace('/', "");
                 rustix::fs::renameat(rt.as_fd(), path.as_str(), blobs.as_fd(), name.as_str())
                     .map_err(|e| io("move aside", &path, e.into()))?;
                 d.dir_now(&blobs)
                     .and_then(|()| d.dir_now(rt.as_fd()))
-                    .map_err(|e| io("sync", "damaged/blobs", e))?;
+                    .map_err(|e| io("sync", &aside, e))?;
             }
             out.push(path);
         }

@@ -323,10 +323,12 @@ impl Workspace {
                     collected += 1;
                     continue;
                 }
-                let hex = h.hex();
+                // A content stored as chunks names the part that failed: a
+                // chunk, or its manifest.
+                let at = e.hash().unwrap_or(h);
                 problems.push(Problem {
                     seq: Some(*seq),
-                    path: Some(format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..])),
+                    path: Some(self.blobs().path_of(at)),
                     problem: e.to_string(),
                 });
             }

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::common::{Rng, Run, TestEnv, run_with_stdin, seed, tree};
+use crate::common::{Rng, Run, TestEnv, blob_file, chunks_of, noise, run_with_stdin, seed, tree};
 
 const DAY: u64 = 86_400;
 
@@ -653,4 +653,67 @@ fn bad_arguments_are_usage_errors_in_one_line() {
     let r = env.ckpt(&["gc"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("nothing to collect"), "{}", r.stdout);
+}
+
+/// A big content stored as chunks goes with its manifest, its chunks with
+/// it, except those a kept version shares; the kept version is restored
+/// byte for byte from what stays.
+#[test]
+fn a_big_contents_chunks_go_with_it_and_those_a_kept_version_shares_stay() {
+    let env = TestEnv::init();
+    let clock = Clock::new();
+    let v1 = noise(17 << 20, 5);
+    let mid = v1.len() / 2;
+    let mut v2 = v1.clone();
+    v2[mid..mid + 4].copy_from_slice(b"abcd");
+    let src = env.dir.path().join("v1.bin");
+    std::fs::write(&src, &v1).unwrap();
+    checkpoint(&env, &clock, 0, "start");
+    exec(&env, &clock, 0, &format!("cp '{}' big.bin", src.display()));
+    exec(
+        &env,
+        &clock,
+        1,
+        &format!("printf abcd | dd of=big.bin bs=1 seek={mid} conv=notrunc 2>/dev/null"),
+    );
+    let c1 = checkpoint(&env, &clock, 10, "later");
+    exec(&env, &clock, 10, "rm big.bin; echo small > a.txt");
+    let k1 = chunks_of(&env, &v1).unwrap();
+    let k2 = chunks_of(&env, &v2).unwrap();
+    let only_v1: Vec<_> = k1.iter().filter(|c| !k2.contains(c)).collect();
+    assert!(!only_v1.is_empty() && only_v1.len() < k1.len());
+    let only_v1_bytes: u64 = only_v1.iter().map(|c| c.1).sum();
+
+    let files = files_under(&env.rt().join("artifacts"));
+    let dry = gc(&env, &clock, 20, &["--keep", "1", "--dry-run"]);
+    assert_eq!(
+        files_under(&env.rt().join("artifacts")),
+        files,
+        "a dry run removes nothing"
+    );
+    // The first version's chunks and its manifest (a few hundred bytes).
+    let would = dry["blobs"]["bytes"].as_u64().unwrap();
+    assert!(
+        (only_v1_bytes..only_v1_bytes + 4096).contains(&would),
+        "{would} bytes of blobs would go, {only_v1_bytes} of them v1's own chunks"
+    );
+    let r = gc(&env, &clock, 20, &["--keep", "1"]);
+    assert_eq!(r["blobs"]["bytes"], dry["blobs"]["bytes"]);
+    assert!(
+        chunks_of(&env, &v1).is_none(),
+        "the first version's manifest went"
+    );
+    assert!(chunks_of(&env, &v2).is_some(), "the kept version's stays");
+    for (h, _) in &k2 {
+        assert!(blob_file(&env, h).is_file(), "a kept chunk {h} went");
+    }
+    for (h, _) in &only_v1 {
+        assert!(!blob_file(&env, h).exists(), "chunk {h} of v1 only stayed");
+    }
+    verify_ok(&env);
+    let rb = at(&env, &clock, 21, &["rollback", "--to", &c1]);
+    assert_eq!(rb.code, 0, "{}", rb.stderr);
+    assert!(std::fs::read(env.ws.join("big.bin")).unwrap() == v2);
+    assert!(!env.ws.join("a.txt").exists());
+    verify_ok(&env);
 }

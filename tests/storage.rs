@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::common::{TestEnv, git_apply};
+use crate::common::{TestEnv, blob_file, chunks_of, git_apply, noise};
 
 /// The ledger's records, in order.
 fn records(env: &TestEnv) -> Vec<serde_json::Value> {
@@ -271,4 +271,218 @@ fn big_untracked_files_are_not_copied_at_first_use_and_status_says_so() {
         "{}",
         st.stdout
     );
+}
+
+/// `ckpt checkpoint --json`'s id.
+fn checkpoint(env: &TestEnv) -> String {
+    let r = env.ckpt(&["checkpoint", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.json()["checkpoint"].as_str().unwrap().to_string()
+}
+
+/// The agent copies `bytes` in as `big.bin` (from outside the workspace),
+/// then writes four bytes over its middle; returns the second version.
+fn big_file_then_four_bytes_changed(env: &TestEnv, bytes: &[u8]) -> Vec<u8> {
+    let src = env.dir.path().join("source.bin");
+    std::fs::write(&src, bytes).unwrap();
+    exec(env, &format!("cp '{}' big.bin", src.display()));
+    let mid = bytes.len() / 2;
+    exec(
+        env,
+        &format!("printf abcd | dd of=big.bin bs=1 seek={mid} conv=notrunc 2>/dev/null"),
+    );
+    let mut v2 = bytes.to_vec();
+    v2[mid..mid + 4].copy_from_slice(b"abcd");
+    assert_eq!(std::fs::read(env.ws.join("big.bin")).unwrap(), v2);
+    v2
+}
+
+/// The 200 MB scenario's shape at 20 MiB: a big file is stored as chunks
+/// (content-defined, so an edit in the middle adds about one chunk), both
+/// versions together take little more than one, and rollbacks restore each
+/// byte for byte.
+#[test]
+fn a_big_files_versions_share_chunks_and_each_is_restored_byte_for_byte() {
+    let env = TestEnv::init();
+    let v1 = noise(20 << 20, 1);
+    let c0 = checkpoint(&env);
+    let src = env.dir.path().join("source.bin");
+    std::fs::write(&src, &v1).unwrap();
+    exec(&env, &format!("cp '{}' big.bin", src.display()));
+    let c1 = checkpoint(&env);
+    let mid = v1.len() / 2;
+    exec(
+        &env,
+        &format!("printf abcd | dd of=big.bin bs=1 seek={mid} conv=notrunc 2>/dev/null"),
+    );
+    let mut v2 = v1.clone();
+    v2[mid..mid + 4].copy_from_slice(b"abcd");
+    let k1 = chunks_of(&env, &v1).expect("the first version is stored as chunks");
+    let k2 = chunks_of(&env, &v2).expect("the second version is stored as chunks");
+    let new: u64 = k2.iter().filter(|c| !k1.contains(c)).map(|c| c.1).sum();
+    assert!(
+        (1..=8 << 20).contains(&new),
+        "the change added {new} bytes of chunks"
+    );
+    // Goal: .agent-runtime/ at most 1.1 × the bytes that changed (here
+    // the whole first version and four bytes).
+    let total = du(&env.rt());
+    assert!(
+        total <= v1.len() as u64 * 11 / 10,
+        ".agent-runtime/ holds {total} bytes for {} changed",
+        v1.len()
+    );
+    for (h, _) in k1.iter().chain(&k2) {
+        assert!(blob_file(&env, h).is_file(), "chunk {h}");
+    }
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+    let c2 = checkpoint(&env);
+    let r = env.ckpt(&["rollback", "--to", &c1]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(std::fs::read(env.ws.join("big.bin")).unwrap() == v1);
+    let r = env.ckpt(&["rollback", "--to", &c0]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("big.bin").exists());
+    // And forward again: the newest version comes back from its chunks.
+    let r = env.ckpt(&["rollback", "--to", &c2]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(std::fs::read(env.ws.join("big.bin")).unwrap() == v2);
+    assert_eq!(env.ckpt(&["verify"]).code, 0);
+}
+
+/// Damage to a chunk is named by verify (the chunk's own path), refused by
+/// the rollback that needs it, and moved aside by repair; a manifest turned
+/// to garbage is named too, stops gc (which cannot tell what it keeps), and
+/// goes to `damaged/chunks/`.
+#[test]
+fn a_damaged_chunk_or_manifest_is_named_refused_and_moved_aside() {
+    let env = TestEnv::init();
+    let v1 = noise(17 << 20, 2);
+    let c0 = checkpoint(&env);
+    let v2 = big_file_then_four_bytes_changed(&env, &v1);
+    let k1 = chunks_of(&env, &v1).unwrap();
+    let k2 = chunks_of(&env, &v2).unwrap();
+    let (victim, _) = k1.iter().find(|c| !k2.contains(c)).unwrap().clone();
+    let at = blob_file(&env, &victim);
+    let mut bytes = std::fs::read(&at).unwrap();
+    bytes[7] ^= 0x20;
+    std::fs::write(&at, &bytes).unwrap();
+    let chunk_path = format!("artifacts/blobs/{}/{}", &victim[..2], &victim[2..]);
+
+    let v = env.ckpt(&["verify", "--json"]);
+    assert_eq!(v.code, 4, "{}", v.stdout);
+    let problems = v.json()["problems"].clone();
+    assert!(
+        problems
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["path"] == chunk_path.as_str()),
+        "{problems:#}"
+    );
+    // Undoing the second call needs the first version: refused, the file
+    // left as it is.
+    let r = env.ckpt(&["rollback", "--last", "1"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(std::fs::read(env.ws.join("big.bin")).unwrap() == v2);
+    let r = env.ckpt(&["repair", "--json"]);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(
+        env.rt().join("damaged/blobs").join(&victim).is_file(),
+        "{}",
+        r.stdout
+    );
+    assert!(!at.exists());
+    // What does not need the chunk still works: back to before both calls.
+    let r = env.ckpt(&["rollback", "--to", &c0]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!env.ws.join("big.bin").exists());
+
+    // The second version's manifest turned to garbage.
+    let hex = ckpt::ContentHash::of(&v2).hex();
+    let manifest = format!("artifacts/chunks/{}/{}", &hex[..2], &hex[2..]);
+    std::fs::write(env.rt().join(&manifest), b"not a manifest\n").unwrap();
+    let v = env.ckpt(&["verify", "--json"]);
+    assert_eq!(v.code, 4, "{}", v.stdout);
+    assert!(
+        v.json()["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["path"] == manifest.as_str()),
+        "{}",
+        v.stdout
+    );
+    let g = env.ckpt(&["gc"]);
+    assert_ne!(g.code, 0);
+    assert!(
+        g.stderr.contains("ckpt collects nothing") && g.stderr.contains("ckpt repair"),
+        "{}",
+        g.stderr
+    );
+    let r = env.ckpt(&["repair"]);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("damaged chunk list") && r.stdout.contains("damaged/chunks/"),
+        "{}",
+        r.stdout
+    );
+    assert!(env.rt().join("damaged/chunks").join(&hex).is_file());
+    assert!(!env.rt().join(&manifest).exists());
+}
+
+/// A crash at any write point while a big file is stored as chunks (chunks
+/// published, manifest not yet; manifest published, record not yet) leaves
+/// a workspace that verifies; the same copy run again records the file,
+/// and a rollback then restores what was there before byte for byte.
+#[test]
+fn a_crash_while_a_big_file_is_stored_as_chunks_leaves_a_workspace_that_verifies() {
+    let v = noise(17 << 20, 6);
+    let before = noise(17 << 20, 7);
+    let mut k = 1u64;
+    for crashed in 0..60 {
+        let env = TestEnv::init();
+        let src = env.dir.path().join("source.bin");
+        std::fs::write(&src, &v).unwrap();
+        env.write("big.bin", &before);
+        let copy = format!("cp '{}' big.bin", src.display());
+        // First use stores `before` (at most first_use_max_bytes: raised).
+        let cfg = env.rt().join("config.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(
+            &cfg,
+            text.replace(
+                "\nfirst_use_max_bytes = 16777216\n",
+                "\nfirst_use_max_bytes = 33554432\n",
+            ),
+        )
+        .unwrap();
+        let r = env.ckpt_env(
+            &["exec", "--", "sh", "-c", &copy],
+            &[("CKPT_FAILPOINTS", &format!("*={k}*abort"))],
+        );
+        if r.code == 0 {
+            assert!(crashed >= 4, "only {crashed} write points crashed");
+            return;
+        }
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        let v1 = env.ckpt(&["verify"]);
+        assert_eq!(v1.code, 0, "after a crash at {k}: {}", v1.stdout);
+        // The copy again (the crashed call stays in doubt, its effect on
+        // disk or not): recorded, and undone back to `before`.
+        std::fs::write(env.ws.join("big.bin"), &before).unwrap();
+        exec(&env, &copy);
+        assert!(chunks_of(&env, &v).is_some(), "after a crash at {k}");
+        let r = env.ckpt(&["rollback", "--last", "1"]);
+        assert_eq!(r.code, 0, "after a crash at {k}: {}", r.stderr);
+        assert!(
+            std::fs::read(env.ws.join("big.bin")).unwrap() == before,
+            "after a crash at {k}"
+        );
+        assert_eq!(env.ckpt(&["verify"]).code, 0, "after a crash at {k}");
+        // Every write point early on, then a sample of the chunk publishes.
+        k += if k < 6 { 1 } else { 11 };
+    }
+    panic!("the copy never finished without a crash");
 }

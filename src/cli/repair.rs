@@ -48,7 +48,13 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
             ui.line(&format!("  checkpoint {c}: {verb} re-anchor to the rewritten record (old file kept in damaged/checkpoints/)"))?;
         }
         for b in &r.blobs {
-            ui.line(&format!("  damaged blob {b}: {verb} move to .agent-runtime/damaged/blobs/ (anything needing it is refused, not guessed)"))?;
+            // A chunk manifest goes beside the blobs, in its own directory.
+            let (what, sub) = if b.starts_with("artifacts/chunks/") {
+                ("chunk list", "chunks")
+            } else {
+                ("blob", "blobs")
+            };
+            ui.line(&format!("  damaged {what} {b}: {verb} move to .agent-runtime/damaged/{sub}/ (anything needing it is refused, not guessed)"))?;
         }
         for p in &r.remaining {
             ui.line(&format!("  still wrong: {p}"))?;

@@ -340,3 +340,43 @@ pub fn tree(
     }
     out
 }
+
+/// `n` bytes of deterministic noise from `seed` (no two seeds alike).
+pub fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        v.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// The chunks (hash, length) that the manifest of `bytes` lists, if the
+/// content is stored as chunks in `env`.
+pub fn chunks_of(env: &TestEnv, bytes: &[u8]) -> Option<Vec<(String, u64)>> {
+    let hex = ckpt::ContentHash::of(bytes).hex();
+    let text = std::fs::read_to_string(env.rt().join(format!(
+        "artifacts/chunks/{}/{}",
+        &hex[..2],
+        &hex[2..]
+    )))
+    .ok()?;
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("ckpt-chunks 1"), "{text}");
+    assert_eq!(lines.next(), Some(bytes.len().to_string().as_str()));
+    Some(
+        lines
+            .map(|l| {
+                let (h, n) = l.split_once(' ').unwrap();
+                (h.to_string(), n.parse().unwrap())
+            })
+            .collect(),
+    )
+}
+
+/// Where the blob (or chunk) named `hex` is kept in `env`.
+pub fn blob_file(env: &TestEnv, hex: &str) -> PathBuf {
+    env.rt()
+        .join(format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..]))
+}
