@@ -788,6 +788,90 @@ impl Ledger {
         Ok(Some(out))
     }
 
+    /// The records after `from` (a position an earlier read returned: its
+    /// seq, hash and end), read without the rest of the file: the line
+    /// ending at `from.end` must be that record, every later line must
+    /// chain to it, and the new end must agree with `ledger.head`; with
+    /// the end offset of each record read. `None`
+    /// when any of that fails, or the ledger is marked damaged: the caller
+    /// reads everything (a cache's anchor is stale after `ckpt repair`
+    /// rewrote the ledger). Damage before `from` is not seen here: `ckpt
+    /// verify` checks the whole chain.
+    pub fn read_after(&self, from: &Tail) -> Result<Option<(LedgerRead, Vec<u64>)>, LedgerError> {
+        if damaged_mark(self.rt.as_fd()).is_some() {
+            return Ok(None);
+        }
+        let Some(mut file) = self.open_for_read()? else {
+            return Ok(None);
+        };
+        let size = crate::sys::fstat(&file)
+            .map_err(|e| io_err("stat", e))?
+            .size;
+        if from.end > size || (from.seq == 0) != (from.end == 0) {
+            return Ok(None);
+        }
+        if from.end > 0 {
+            // The anchor's own line: the bytes before `from.end`, back to
+            // the previous newline (a record is at most MAX_LINE long).
+            let back = from.end.min(MAX_LINE as u64 + 1);
+            let mut buf = vec![0u8; back as usize];
+            file.seek(SeekFrom::Start(from.end - back))
+                .map_err(|e| io_err("seek", e))?;
+            file.read_exact(&mut buf).map_err(|e| io_err("read", e))?;
+            let Some(body) = buf.strip_suffix(b"\n") else {
+                return Ok(None);
+            };
+            let line = match memchr::memrchr(b'\n', body) {
+                Some(i) => &body[i + 1..],
+                None if back == from.end => body,
+                None => return Ok(None),
+            };
+            match check_line(line) {
+                Ok(c) if c.seq() == from.seq && Some(c.hash()) == from.hash.as_deref() => {}
+                _ => return Ok(None),
+            }
+        }
+        let (read, ends) = Self::read_ends_of(file, from, self.progress)?;
+        if read.corruption.is_some()
+            || read.torn.is_some()
+            || lost_records(self.rt.as_fd(), &read.tail).is_some()
+        {
+            return Ok(None);
+        }
+        Ok(Some((read, ends)))
+    }
+
+    /// [`read`](Self::read), with the end offset (just after its `\n`) of
+    /// each record: positions a later [`read_after`](Self::read_after) can
+    /// start from.
+    pub fn read_with_ends(&self) -> Result<(LedgerRead, Vec<u64>), LedgerError> {
+        let Some(file) = self.open_for_read()? else {
+            return Ok((LedgerRead::default(), Vec::new()));
+        };
+        Self::read_ends_of(file, &Tail::default(), self.progress)
+    }
+
+    fn read_ends_of(
+        file: File,
+        from: &Tail,
+        progress: Option<crate::progress::Sink>,
+    ) -> Result<(LedgerRead, Vec<u64>), LedgerError> {
+        let mut records = Vec::new();
+        let mut ends = Vec::new();
+        let mut end = from.end;
+        // Valid records are contiguous: each ends a line after the last.
+        let mut read = read_lines_after(file, from, true, progress, &mut |raw, _, rec| {
+            end += raw.len() as u64 + 1;
+            if let Some(r) = rec {
+                records.push(r);
+                ends.push(end);
+            }
+            Ok(())
+        })?;
+        read.records = records;
+        Ok((read, ends))
+    }
+
     /// Leaves the damage `read` found (a garbled record, a cut-off end) for
     /// writers to see ([`DAMAGED_FILE`]); returns its one-line reason.
     pub fn note_damage(&self, read: &LedgerRead) -> Option<String> {
@@ -934,7 +1018,20 @@ fn parse_batch<'a>(
 
 /// Validates records one after another and classifies damage (B5).
 fn read_lines(
+    file: File,
+    with_body: bool,
+    progress: Option<crate::progress::Sink>,
+    visit: &mut RecordVisitor<'_>,
+) -> Result<LedgerRead, LedgerError> {
+    read_lines_after(file, &Tail::default(), with_body, progress, visit)
+}
+
+/// [`read_lines`] from just after the record `from` names (its seq, hash
+/// and end): the first line read must link to it. Line numbers in a
+/// [`Corruption`] then count from there.
+fn read_lines_after(
     mut file: File,
+    from: &Tail,
     with_body: bool,
     progress: Option<crate::progress::Sink>,
     visit: &mut RecordVisitor<'_>,
@@ -943,10 +1040,15 @@ fn read_lines(
     let mut out = LedgerRead::default();
     let mut first_bad: Option<Corruption> = None;
     let mut line_no = 0u64;
-    let mut expect_seq = 1u64;
+    let mut expect_seq = from.seq + 1;
     // The previous record's hash, in a reused buffer (empty: none yet).
     let mut prev_hash: Vec<u8> = Vec::with_capacity(71);
-    let mut last_end = 0u64;
+    prev_hash.extend_from_slice(from.hash.as_deref().unwrap_or_default().as_bytes());
+    let mut last_end = from.end;
+    if from.end > 0 {
+        file.seek(SeekFrom::Start(from.end))
+            .map_err(|e| io_err("seek", e))?;
+    }
     let mut stop = false;
 
     let mut on_batch = |base: u64, buf: &[u8], spans: &Spans| -> Result<(), LedgerError> {
@@ -1035,7 +1137,7 @@ fn read_lines(
         }
         Ok(())
     };
-    split_lines(&mut file, &mut on_batch)?;
+    split_lines(&mut file, from.end, &mut on_batch)?;
     crate::progress::report(
         progress,
         "reading the ledger",
@@ -1043,12 +1145,14 @@ fn read_lines(
         size,
         crate::progress::Unit::Bytes,
     );
-    if expect_seq > 1 {
+    if expect_seq > from.seq + 1 {
         out.tail = Tail {
             seq: expect_seq - 1,
             hash: Some(String::from_utf8_lossy(&prev_hash).into_owned()),
             end: last_end,
         };
+    } else {
+        out.tail = from.clone();
     }
     let file_len = file.seek(SeekFrom::End(0)).map_err(|e| io_err("seek", e))?;
     match first_bad {
@@ -1069,14 +1173,18 @@ type BatchVisitor<'a> = dyn FnMut(u64, &[u8], &Spans) -> Result<(), LedgerError>
 /// Splits a file into batches of lines with bounded memory: a line longer than
 /// the cap is reported (cut to the cap, so it fails its check) without being
 /// buffered whole.
-fn split_lines(file: &mut File, on_batch: &mut BatchVisitor<'_>) -> Result<(), LedgerError> {
+fn split_lines(
+    file: &mut File,
+    start: u64,
+    on_batch: &mut BatchVisitor<'_>,
+) -> Result<(), LedgerError> {
     // Small ledgers get a small buffer (a hook reads a short ledger often); the
     // buffer is zeroed only when it grows, never per read.
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let chunk: usize = (size as usize + 1).clamp(64 * 1024, 8 * 1024 * 1024);
     let mut buf: Vec<u8> = vec![0u8; chunk];
     let mut filled = 0usize;
-    let mut buf_offset = 0u64; // file offset of buf[0]
+    let mut buf_offset = start; // file offset of buf[0]
     let mut skipping_long = false;
     let mut spans: Spans = Vec::new();
     loop {
@@ -1540,6 +1648,93 @@ mod tests {
             before_mode: None,
             after_mode: None,
         }))
+    }
+
+    /// A read after a position returns exactly the records a whole read
+    /// has after it, and nothing (the caller reads everything) when the
+    /// anchor is not the record at that position or the file changed under it.
+    #[test]
+    fn a_read_after_a_position_matches_the_whole_read_or_refuses() {
+        let t = tempfile::tempdir().unwrap();
+        let rt = Arc::new(fs_util::open_dir(rustix::fs::CWD, t.path()).unwrap());
+        create_empty(rt.as_fd()).unwrap();
+        let ledger = Ledger::new(rt.clone(), Arc::new(Clock::system()), Arc::default());
+        let start = Tail::default();
+        assert_eq!(
+            ledger.read_after(&start).unwrap().unwrap().0.records.len(),
+            0
+        );
+        let drafts: Vec<Draft> = (0..50).map(|i| draft(&format!("f{i}"))).collect();
+        ledger.lock().unwrap().append(&drafts[..20]).unwrap();
+        let at20 = ledger.read().unwrap().tail;
+        ledger.lock().unwrap().append(&drafts[20..]).unwrap();
+        let whole = ledger.read().unwrap();
+        let (after, ends) = ledger.read_after(&at20).unwrap().unwrap();
+        let (_, all_ends) = ledger.read_with_ends().unwrap();
+        assert_eq!(ends, all_ends[20..]);
+        assert_eq!(all_ends[19], at20.end);
+        assert_eq!(after.tail, whole.tail);
+        let seqs = |r: &LedgerRead| r.records.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&after), (21..=50).collect::<Vec<_>>());
+        assert_eq!(
+            seqs(&ledger.read_after(&start).unwrap().unwrap().0),
+            seqs(&whole)
+        );
+        let (at_end, _) = ledger.read_after(&whole.tail).unwrap().unwrap();
+        assert!(at_end.records.is_empty());
+        assert_eq!(at_end.tail, whole.tail);
+        // Anchors that are not what the file holds.
+        let bad = [
+            Tail {
+                hash: Some("sha256:00".into()),
+                ..at20.clone()
+            },
+            Tail {
+                seq: 19,
+                ..at20.clone()
+            },
+            Tail {
+                end: at20.end - 1,
+                ..at20.clone()
+            },
+            Tail {
+                end: at20.end + 1,
+                ..at20.clone()
+            },
+            Tail {
+                end: whole.tail.end + 100,
+                ..at20.clone()
+            },
+            Tail {
+                seq: 0,
+                hash: None,
+                end: at20.end,
+            },
+        ];
+        for b in &bad {
+            assert!(ledger.read_after(b).unwrap().is_none(), "{b:?}");
+        }
+        // A record rewritten after the anchor: the chain breaks there.
+        let path = t.path().join(LEDGER_FILE);
+        let bytes = std::fs::read(&path).unwrap();
+        let mut changed = bytes.clone();
+        let at = at20.end as usize + 40;
+        changed[at] = if changed[at] == b'1' { b'2' } else { b'1' };
+        std::fs::write(&path, &changed).unwrap();
+        assert!(ledger.read_after(&at20).unwrap().is_none());
+        // Records cut off the end (the head anchor says there were more).
+        std::fs::write(
+            &path,
+            &bytes[..bytes.len()
+                - 1
+                - bytes[..bytes.len() - 1]
+                    .iter()
+                    .rev()
+                    .position(|&b| b == b'\n')
+                    .unwrap()],
+        )
+        .unwrap();
+        assert!(ledger.read_after(&at20).unwrap().is_none());
     }
 
     static STEPS: std::sync::Mutex<Vec<(String, u64, u64)>> = std::sync::Mutex::new(Vec::new());

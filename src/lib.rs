@@ -76,6 +76,7 @@ pub mod paths;
 pub mod progress;
 pub mod record;
 pub mod recover;
+mod recover_index;
 pub mod redact;
 pub mod repair;
 mod retention;

@@ -36,6 +36,7 @@ use crate::record::{
     ActionType, Body, CallStatus, ConflictRecord, Draft, FilePatch, Idempotency, PatchSource,
     Record, ReplayPolicy, Resolution, ToolCall,
 };
+use crate::recover_index::Suffix;
 use crate::rollback;
 use crate::workspace::{Workspace, WorkspaceError};
 use crate::writeback;
@@ -226,7 +227,15 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     let started_at = ws.clock().now_rfc3339();
     drop(ws.ledger().lock()?);
     let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
-    let read = ws.read_ledger()?;
+    // From where the report can change on (a cached cut), or everything.
+    let mut suffix = Suffix::read(ws)?;
+    crate::trace::event(
+        ws.runtime_dir().as_fd(),
+        ws.clock(),
+        "recover_read",
+        json!({"after_seq": suffix.from.seq, "records": suffix.read.records.len()}),
+    );
+    let read = std::mem::take(&mut suffix.read);
     // A repair record appended just now says how many torn bytes were cut.
     let torn_bytes = match read.records.last() {
         Some(r) if r.ts >= started_at => match &r.body {
@@ -340,24 +349,25 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
     )?;
     let running = crate::hook::running_calls(ws);
     // Re-read: finishing rollbacks and closing calls appended records.
-    let records = if actions.iter().any(|a| a.status == "finished_now") || !closed.is_empty() {
-        ws.read_ledger()?.records
+    if actions.iter().any(|a| a.status == "finished_now") || !closed.is_empty() {
+        suffix = suffix.reread(ws)?;
     } else {
-        records
-    };
+        suffix.read.records = records;
+    }
+    let records = &suffix.read.records;
 
-    let (calls, touched) = collect_calls(&records);
+    let (calls, touched) = collect_calls(records);
     let last_ckpt_seq = records
         .iter()
         .rev()
         .find(|r| matches!(r.body, Body::Checkpoint(_)))
         .map(|r| r.seq)
         .unwrap_or(0);
-    let open_conflicts: Vec<ConflictRecord> = crate::conflict::list(&records)
+    let open_conflicts: Vec<ConflictRecord> = crate::conflict::list(records)
         .into_iter()
         .filter(|c| c.resolution == Resolution::Pending)
         .collect();
-    let total_calls = calls.len();
+    let total_calls = calls.len() + suffix.calls_before as usize;
     let mut verdicts = Vec::new();
     let mut drafts: Vec<Draft> = Vec::new();
     let mut new_conflicts = Vec::new();
@@ -438,6 +448,7 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
         || actions.iter().any(|a| a.status == "interrupted");
     let note_text = note(&verdicts, &actions, torn_bytes, ws.clock().now_rfc3339());
     write_note(ws, &note_text)?;
+    suffix.save_next(ws);
     Ok(RecoverReport {
         calls: verdicts,
         actions,

@@ -89,12 +89,21 @@ impl Workspace {
         if head == crate::ledger::HeadState::Absent && read.tail.seq > 0 {
             return Err(refuse("`ledger.head` is missing".into()));
         }
-        let hash_at = |seq: u64| -> Option<&str> {
-            let i = usize::try_from(seq).ok()?.checked_sub(1)?;
-            read.records
-                .get(i)
-                .filter(|r| r.seq == seq)
-                .map(|r| r.hash.as_str())
+        // `read` may hold only the records after a position (recover's
+        // cached cut): a seq before its first is not checked here (`ckpt
+        // verify` checks the whole chain). `None`: not in `read`.
+        let first = read.records.first().map_or(read.tail.seq + 1, |r| r.seq);
+        let hash_at = |seq: u64| -> Option<Option<&str>> {
+            if seq < first {
+                return None;
+            }
+            let i = usize::try_from(seq - first).ok()?;
+            Some(
+                read.records
+                    .get(i)
+                    .filter(|r| r.seq == seq)
+                    .map(|r| r.hash.as_str()),
+            )
         };
         let cut = |seq: u64, what: &str| {
             refuse(format!(
@@ -113,7 +122,7 @@ impl Workspace {
             if h.seq > read.tail.seq {
                 return Err(cut(h.seq, "ledger.head"));
             }
-            if h.hash.as_deref() != hash_at(h.seq) {
+            if hash_at(h.seq).is_some_and(|at| h.hash.as_deref() != at) {
                 return Err(rewritten(h.seq, "ledger.head"));
             }
         }
@@ -128,7 +137,9 @@ impl Workspace {
                 if f.upto_seq > read.tail.seq {
                     return Err(cut(f.upto_seq, &format!("checkpoint {id}")));
                 }
-                if f.upto_hash.is_some() && f.upto_hash.as_deref() != hash_at(f.upto_seq) {
+                if f.upto_hash.is_some()
+                    && hash_at(f.upto_seq).is_some_and(|at| f.upto_hash.as_deref() != at)
+                {
                     return Err(rewritten(f.upto_seq, &format!("checkpoint {id}")));
                 }
             }

@@ -12,7 +12,9 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::common::{Rng, Run, TestEnv, blob_file, chunks_of, noise, run_with_stdin, seed, tree};
+use crate::common::{
+    Rng, Run, TestEnv, blob_file, chunks_of, copy_workspace, noise, run_with_stdin, seed, tree,
+};
 
 const DAY: u64 = 86_400;
 
@@ -49,19 +51,6 @@ fn checkpoint(env: &TestEnv, clock: &Clock, day: u64, label: &str) -> String {
     let r = at(env, clock, day, &["checkpoint", "-m", label, "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     r.json()["checkpoint"].as_str().unwrap().to_string()
-}
-
-/// A copy of `env`'s workspace in a new environment.
-fn copy(env: &TestEnv) -> TestEnv {
-    let other = TestEnv::new();
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", env.ws.display()))
-        .arg(&other.ws)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    other
 }
 
 fn gc(env: &TestEnv, clock: &Clock, day: u64, args: &[&str]) -> serde_json::Value {
@@ -158,7 +147,7 @@ fn history(env: &TestEnv, clock: &Clock, rng: &mut Rng, turns: u64) -> Vec<Strin
 /// Rolls both workspaces back to `ck` and checks they end the same: the
 /// same exit, the same tree byte for byte.
 fn same_rollback(a: &TestEnv, b: &TestEnv, clock: &Clock, day: u64, ck: &str) -> bool {
-    let (a, b) = (copy(a), copy(b));
+    let (a, b) = (copy_workspace(a), copy_workspace(b));
     let ra = at(&a, clock, day, &["rollback", "--to", ck, "--json"]);
     let rb = at(&b, clock, day, &["rollback", "--to", ck, "--json"]);
     if ra.code == 1
@@ -187,7 +176,7 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
         let clock = Clock::new();
         let turns = 4 + rng.below(3);
         let cks = history(&env, &clock, &mut rng, turns);
-        let oracle = copy(&env);
+        let oracle = copy_workspace(&env);
         let keep = rng.below(turns);
         let now = turns * 4 + 10;
         let mut args = vec!["--keep".to_string(), keep.to_string()];
@@ -441,7 +430,7 @@ fn a_rollback_cut_short_is_finished_before_gc_and_ends_as_recover_would() {
         ],
     );
     assert_ne!(r.code, 0, "the failpoint stops it");
-    let oracle = copy(&env);
+    let oracle = copy_workspace(&env);
     let rec = at(&oracle, &clock, 30, &["recover"]);
     assert!(rec.code == 0 || rec.code == 5, "{}", rec.stderr);
     gc(&env, &clock, 30, &["--keep", "0"]);
@@ -460,9 +449,9 @@ fn a_crash_at_each_write_point_of_gc_leaves_a_workspace_that_verifies_and_restor
     let mut rng = Rng(seed(2424) | 1);
     let cks = history(&env, &clock, &mut rng, 5);
     let now = 5 * 4 + 10;
-    let oracle = copy(&env);
+    let oracle = copy_workspace(&env);
     // What an uninterrupted gc leaves.
-    let whole = copy(&env);
+    let whole = copy_workspace(&env);
     gc(&whole, &clock, now, &["--keep", "2"]);
     let artifacts = |e: &TestEnv| -> Vec<std::path::PathBuf> {
         let root = e.rt().join("artifacts");
@@ -474,7 +463,7 @@ fn a_crash_at_each_write_point_of_gc_leaves_a_workspace_that_verifies_and_restor
     let expected = artifacts(&whole);
     let mut crashed = 0;
     for k in 1..=60u64 {
-        let w = copy(&env);
+        let w = copy_workspace(&env);
         let fp = format!("*={k}*abort");
         let r = w.ckpt_env(
             &["gc", "--keep", "2"],

@@ -579,3 +579,164 @@ fn a_crash_at_every_capture_write_step_is_classified_by_recover() {
         crashed.len()
     );
 }
+
+/// A copy of `env`'s workspace without recover's cached cut
+/// (`index/recover.json`): its recover reads the whole ledger.
+fn copy_uncached(env: &TestEnv) -> TestEnv {
+    let other = crate::common::copy_workspace(env);
+    let _ = std::fs::remove_file(other.rt().join("index/recover.json"));
+    other
+}
+
+/// issue 24: `recover` reads the ledger from a cached cut (the records
+/// before it cannot change its report), and says exactly what a whole read
+/// says, over random histories of checkpoints, completed, failed and
+/// cut-short calls, settles of old calls, user edits and rollbacks.
+#[test]
+fn recover_from_its_cached_cut_says_what_a_whole_read_says() {
+    let env = TestEnv::init();
+    let mut rng = crate::common::Rng(crate::common::seed(2412) | 1);
+    let fixed = [("CKPT_TIMESTAMP", "1893456000"), ("CKPT_ID_SEED", "7")];
+    let mut in_doubt: Vec<String> = Vec::new();
+    let mut compared = 0;
+    let mut cut_moved = false;
+    let mut short_reads = 0;
+    let mut compare = |step: u64| {
+        compared += 1;
+        let whole = copy_uncached(&env);
+        let a = env.ckpt_env(&["--json", "recover"], &fixed);
+        let b = whole.ckpt_env(&["--json", "recover"], &fixed);
+        assert_eq!(a.code, b.code, "step {step}: {}\n{}", a.stderr, b.stderr);
+        assert_eq!(a.json(), b.json(), "step {step}");
+        // The human report (with its count of calls) too, on a second run.
+        let a = env.ckpt_env(&["recover"], &fixed);
+        let b = whole.ckpt_env(&["recover"], &fixed);
+        assert_eq!(a.stdout, b.stdout, "step {step}");
+        let cached: Value =
+            serde_json::from_slice(&std::fs::read(env.rt().join("index/recover.json")).unwrap())
+                .unwrap();
+        cut_moved |= cached["seq"].as_u64().unwrap() > 0;
+        // The second run read from the cut the first one left (the trace
+        // says where each read started).
+        let trace = std::fs::read_to_string(env.rt().join("trace.jsonl")).unwrap();
+        let last: Value = trace
+            .lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["event"] == "recover_read")
+            .unwrap();
+        assert_eq!(last["after_seq"], cached["seq"], "step {step}: {last}");
+        short_reads += u64::from(cached["seq"].as_u64().unwrap() > 0);
+    };
+    // A start every history shares: completed calls, then a checkpoint,
+    // so the cut leaves the start whatever comes next.
+    for i in 0..2 {
+        let r = env.ckpt(&["exec", "--", "sh", "-c", &format!("echo {i} > f{i}.txt")]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    assert_eq!(env.ckpt(&["checkpoint"]).code, 0);
+    compare(0);
+    compare(0);
+    for step in 0..60u64 {
+        let f = format!("f{}.txt", rng.below(4));
+        let id = format!("t{step}");
+        match rng.below(9) {
+            0 | 1 => {
+                let r = env.ckpt(&["checkpoint"]);
+                assert_eq!(r.code, 0, "{}", r.stderr);
+            }
+            2 | 3 => {
+                let r = env.ckpt(&["exec", "--", "sh", "-c", &format!("echo {step} >> {f}")]);
+                assert_eq!(r.code, 0, "{}", r.stderr);
+            }
+            4 => {
+                env.write(&f, format!("base {step}\n").as_bytes());
+                let input = edit(&env, &f, &format!("base {step}"), &format!("edit {step}"));
+                pre(&env, &id, "Edit", input.clone());
+                env.write(&f, format!("edit {step}\n").as_bytes());
+                if rng.below(2) == 0 {
+                    post(&env, &id, "Edit", input);
+                } else {
+                    post_failure(&env, &id, "Edit", input);
+                }
+            }
+            5 => {
+                pre(
+                    &env,
+                    &id,
+                    "Bash",
+                    json!({"command": format!("deploy {step}")}),
+                );
+                in_doubt.push(id);
+            }
+            6 if !in_doubt.is_empty() => {
+                let old = in_doubt.remove(rng.below(in_doubt.len() as u64) as usize);
+                let how = if rng.below(2) == 0 {
+                    "failed"
+                } else {
+                    "succeeded"
+                };
+                let r = env.ckpt(&["recover", "--settle", &old, "--as", how]);
+                assert_eq!(r.code, 0, "{}", r.stderr);
+            }
+            7 => env.write(&f, format!("user {step}\n").as_bytes()),
+            _ => {
+                let r = env.ckpt(&["rollback", "--last", "1"]);
+                assert!(r.code == 0 || r.code == 1 || r.code == 3, "{}", r.stderr);
+            }
+        }
+        if rng.below(3) != 0 {
+            continue;
+        }
+        compare(step);
+    }
+    assert!(compared >= 10, "only {compared} comparisons");
+    assert!(
+        cut_moved,
+        "the cut never left the start: nothing was tested"
+    );
+    verify_ok(&env);
+}
+
+/// A cached cut that does not match the ledger (stale, garbage, pointing
+/// past the end or at another record) is never trusted: recover reads the
+/// whole ledger and writes a good one.
+#[test]
+fn a_damaged_or_stale_recover_cache_is_rebuilt_and_never_trusted() {
+    let env = TestEnv::init();
+    pre(&env, "old", "Bash", json!({"command": "make deploy"}));
+    for i in 0..5 {
+        assert_eq!(env.ckpt(&["checkpoint"]).code, 0);
+        let r = env.ckpt(&["exec", "--", "sh", "-c", &format!("echo {i} > a.txt")]);
+        assert_eq!(r.code, 0);
+    }
+    let r = env.ckpt(&["recover", "--settle", "old", "--as", "failed"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (_, want) = recover(&env);
+    let cache = env.rt().join("index/recover.json");
+    let good: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    let mut bad = Vec::new();
+    for (k, v) in [
+        ("seq", json!(good["seq"].as_u64().unwrap() + 1)),
+        ("end", json!(good["end"].as_u64().unwrap() + 1)),
+        ("end", json!(10_000_000)),
+        ("hash", json!("sha256:0000")),
+        (
+            "calls_before",
+            json!(good["calls_before"].as_u64().unwrap() + 3),
+        ),
+    ] {
+        let mut c = good.clone();
+        c[k] = v;
+        bad.push(c.to_string().into_bytes());
+    }
+    bad.push(b"garbage".to_vec());
+    bad.push(Vec::new());
+    for b in bad {
+        std::fs::write(&cache, &b).unwrap();
+        let (_, got) = recover(&env);
+        assert_eq!(got, want, "{}", String::from_utf8_lossy(&b));
+        let now: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+        assert_eq!(now, good, "rebuilt after {}", String::from_utf8_lossy(&b));
+    }
+}

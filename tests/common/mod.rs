@@ -380,3 +380,17 @@ pub fn blob_file(env: &TestEnv, hex: &str) -> PathBuf {
     env.rt()
         .join(format!("artifacts/blobs/{}/{}", &hex[..2], &hex[2..]))
 }
+
+/// A copy of `env`'s workspace (`.agent-runtime/` included) in a new
+/// environment.
+pub fn copy_workspace(env: &TestEnv) -> TestEnv {
+    let other = TestEnv::new();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", env.ws.display()))
+        .arg(&other.ws)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    other
+}
