@@ -1403,15 +1403,18 @@ impl Play<'_> {
     /// not in the blob store, not in git.
     fn lost_versions(&self) -> Vec<String> {
         let mut lost = Vec::new();
-        let blobs = self.ws.join(".agent-runtime/artifacts/blobs");
+        // Read through the store: a big content is kept as chunks.
+        let store = crate::workspace::Workspace::open(&self.ws, Default::default()).ok();
         for k in &self.kept {
             let hash = ContentHash::of(&k.bytes);
             if std::fs::read(self.ws.join(&k.path)).is_ok_and(|b| b == k.bytes) {
                 continue;
             }
             let hex = hash.hex();
-            let blob = blobs.join(&hex[..2]).join(&hex[2..]);
-            if std::fs::read(&blob).is_ok_and(|b| ContentHash::of(&b) == hash) {
+            if store
+                .as_ref()
+                .is_some_and(|ws| ws.blobs().get(&hash).is_ok_and(|b| b == k.bytes))
+            {
                 continue;
             }
             if self.sc.git && self.in_git(&k.bytes) {
