@@ -414,7 +414,7 @@ fn main() {
 
         let mut hundred = Vec::new();
         let mut hundred_post = Vec::new();
-        for i in 0..(if quick { 2 } else { 5 }) {
+        for i in 0..(if quick { 2 } else { 9 }) {
             let id = format!("h{i}");
             // The post hook ends with one `syncfs`, which also writes back
             // every other dirty page of the file system: here the bench's own
@@ -422,7 +422,12 @@ fn main() {
             // unrelated dirty data added ~30 ms to this post on W1). Flush
             // them untimed, as the rollback bench does before each run; the
             // 100 edits below, made after it, are still the post's to flush.
-            let _ = std::process::Command::new("sync").status();
+            // Then a second's pause, as in a session (the model thinks before
+            // each call): back to back, each post paid for the one before it
+            // (by hand on W1, the same build: 27.9 ms first after a pause,
+            // 56-64 ms right after another run; with this pause both
+            // e688e97 and 8c076a5 gave medians of 30-31 ms over 6 runs each).
+            settle();
             let pre = hook(&ws, "pre", &bash(&ws, "PreToolUse", &id));
             let fs = g.pick_files(100, 1000 + i as u64);
             workload::edit_many(&ws, &fs, 2000 + i as u64).unwrap();

@@ -133,7 +133,50 @@ fn write_file(
         Keep::Named(durable),
     )
     .map_err(|e| io_error("write", &name, e))?;
+    if !replace {
+        note_newest(rt, &f.checkpoint);
+    }
     Ok(format!("{CHECKPOINTS_DIR}/{name}"))
+}
+
+/// The cache naming the newest checkpoint file (`index/`): checking the
+/// ledger's anchors reads it instead of listing `checkpoints/` (32,000 names
+/// after 32,000 turns: ~12 ms of every `recover`).
+const NEWEST_DIR: &str = "index";
+const NEWEST_FILE: &str = "newest-checkpoint";
+
+/// Notes `id` as the newest checkpoint once its file is written (a cache,
+/// unsynced: a crash, a failure or a race between two writers can leave it
+/// missing, garbage or naming an older checkpoint, which [`newest`] then
+/// lists or checks instead).
+fn note_newest(rt: &OwnedFd, id: &str) {
+    if let Ok(dir) = fs_util::open_dir(rt.as_fd(), NEWEST_DIR) {
+        let _ = fs_util::overwrite_in_place(dir.as_fd(), NEWEST_FILE, format!("{id}\n").as_bytes());
+    }
+}
+
+/// The newest checkpoint that has a file: the one the cache names when its
+/// file is there, else the last of [`list_files`]. The cache is as new as
+/// the last checkpoint whose writer finished (each one rewrites it); it is
+/// never trusted to name a file that is gone.
+pub fn newest(rt: &OwnedFd) -> Option<String> {
+    let noted = fs_util::open_dir(rt.as_fd(), NEWEST_DIR)
+        .ok()
+        .and_then(|dir| {
+            let (mut f, size) =
+                fs_util::open_regular_at_sized(dir.as_fd(), NEWEST_FILE.as_ref()).ok()?;
+            (size <= 80).then_some(())?;
+            let bytes = fs_util::read_to_end_sized(&mut f, size).ok()?;
+            let id = std::str::from_utf8(&bytes).ok()?.strip_suffix('\n')?;
+            valid_id(id).then(|| id.to_string())
+        })
+        .filter(|id| {
+            fs_util::open_dir(rt.as_fd(), CHECKPOINTS_DIR).is_ok_and(|d| {
+                fs_util::entry_at(d.as_fd(), file_name(id).as_ref())
+                    .is_ok_and(|k| matches!(k, fs_util::EntryKind::File { .. }))
+            })
+        });
+    noted.or_else(|| list_files(rt).ok()?.pop())
 }
 
 fn io_error(op: &'static str, what: &str, e: impl Into<io::Error>) -> CheckpointError {

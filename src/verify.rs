@@ -127,9 +127,7 @@ impl Workspace {
             }
         }
         // The newest checkpoint file (ids sort by time) covers the most records.
-        let newest = checkpoint::list_files(rt)
-            .ok()
-            .and_then(|v| v.last().cloned());
+        let newest = checkpoint::newest(rt);
         for id in newest.iter().map(String::as_str).chain(also) {
             if let Ok(f) = self.checkpoint_file(id)
                 && f.upto_seq > 0

@@ -250,7 +250,7 @@ fn every_action_refuses_a_re_forged_chain() {
             0
         );
     }
-    let _c1 = ck(&env);
+    let c1 = ck(&env);
     let full = std::fs::read(env.ledger_path()).unwrap();
     // The forger drops record 3 and re-chains everything after it.
     let mut ls = lines(&full);
@@ -264,18 +264,42 @@ fn every_action_refuses_a_re_forged_chain() {
     head.push(b'\n');
     std::fs::write(env.rt().join("ledger.head"), &head).unwrap();
     let before = crate::common::tree(&env.ws, &[".git", ".agent-runtime"]);
-    for args in [
-        &["rollback", "--to", c0.as_str()][..],
-        &["rollback", "--last", "1"],
-        &["recover"],
+    // The newest checkpoint is found through a cache (`index/newest-checkpoint`)
+    // instead of a listing of `checkpoints/`: whatever state the cache is in,
+    // the newest checkpoint's anchor is checked.
+    let pointer = env.rt().join("index/newest-checkpoint");
+    assert_eq!(
+        std::fs::read_to_string(&pointer).unwrap(),
+        format!("{c1}\n")
+    );
+    for state in [
+        "as written",
+        "missing",
+        "garbage",
+        "names a deleted checkpoint",
     ] {
-        let r = env.ckpt(args);
-        assert!(
-            r.code != 0 && r.stderr.contains("anchors"),
-            "{args:?} acted on a re-forged chain: {} {}",
-            r.code,
-            r.stderr
-        );
+        match state {
+            "as written" => {}
+            "missing" => std::fs::remove_file(&pointer).unwrap(),
+            "garbage" => std::fs::write(&pointer, b"\0\0ckpt_zz\n").unwrap(),
+            _ => std::fs::write(&pointer, b"ckpt_00000000000000000000\n").unwrap(),
+        }
+        for args in [
+            &["rollback", "--to", c0.as_str()][..],
+            &["rollback", "--last", "1"],
+            &["recover"],
+        ] {
+            // (Each refusal marks the ledger damaged: cleared, so that the
+            // next one is the anchor's.)
+            let _ = std::fs::remove_file(env.rt().join("needs-verify"));
+            let r = env.ckpt(args);
+            assert!(
+                r.code != 0 && r.stderr.contains("anchors"),
+                "cache {state}: {args:?} acted on a re-forged chain: {} {}",
+                r.code,
+                r.stderr
+            );
+        }
     }
     assert_eq!(
         crate::common::tree(&env.ws, &[".git", ".agent-runtime"]),
