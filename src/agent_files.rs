@@ -253,6 +253,16 @@ impl Registry {
         }
     }
 
+    /// Every content the registry names: each path's last one, which the
+    /// next `user_edit` of that path names as its before (`ckpt gc` keeps
+    /// them; a superseded entry only keeps one more).
+    pub(crate) fn hashes(&self) -> impl Iterator<Item = ContentHash> + '_ {
+        self.spans
+            .iter()
+            .filter_map(|s| self.entry(s)?.hash)
+            .chain(self.changes.values().flatten().filter_map(|a| a.hash))
+    }
+
     /// True when something changed since the file was read.
     pub fn is_changed(&self) -> bool {
         !self.changes.is_empty() || self.dropped

@@ -41,7 +41,8 @@ pub fn ledger_read(data: &[u8]) {
     for line in data.split(|&b| b == b'\n') {
         let _ = ledger::check_line(line);
     }
-    let Ok(once) = ledger::rebuild(data, None, "damaged/fuzz.jsonl") else {
+    let Ok(once) = ledger::rebuild(data, &ledger::Tail::default(), None, "damaged/fuzz.jsonl")
+    else {
         return;
     };
     let mut prev: Option<String> = None;
@@ -57,7 +58,13 @@ pub fn ledger_read(data: &[u8]) {
         prev = Some(c.hash().to_string());
     }
     assert_eq!(once.tail.seq, seq);
-    let twice = ledger::rebuild(&once.bytes, None, "damaged/fuzz.jsonl").expect("rebuilds");
+    let twice = ledger::rebuild(
+        &once.bytes,
+        &ledger::Tail::default(),
+        None,
+        "damaged/fuzz.jsonl",
+    )
+    .expect("rebuilds");
     assert!(!twice.changed, "a rebuilt ledger needs no second rebuild");
     assert_eq!(twice.bytes, once.bytes);
 }

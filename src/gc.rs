@@ -37,8 +37,8 @@ use crate::config::Config;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
 use crate::record::{ActionStatus, ActionType, Body, Record};
-pub use crate::retention::horizon;
 use crate::retention::{Needed, needed};
+pub use crate::retention::{horizon, unknown_id};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// Contents stored or found this recently are never removed (ms).
@@ -94,13 +94,212 @@ pub struct GcReport {
     pub outputs: Counted,
     /// Blobs kept.
     pub kept_blobs: Counted,
+    /// Records taken out of the ledger (the oldest, up to `ledger_cut_seq`).
+    pub ledger_records: u64,
+    /// Their bytes.
+    pub ledger_bytes: u64,
+    /// The last record taken out of the ledger, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_cut_seq: Option<u64>,
+    /// Checkpoint files removed with the records they anchor.
+    pub checkpoint_files: u64,
 }
 
 impl GcReport {
     /// Bytes removed in all.
     pub fn bytes(&self) -> u64 {
-        self.blobs.bytes + self.patches.bytes + self.outputs.bytes
+        self.blobs.bytes + self.patches.bytes + self.outputs.bytes + self.ledger_bytes
     }
+}
+
+/// Where the ledger is cut: the last record to go, its hash and the byte
+/// offset just after it.
+#[derive(Debug, Clone)]
+struct LedgerCut {
+    seq: u64,
+    hash: String,
+    end: u64,
+    records: u64,
+}
+
+/// The last record the live ledger can lose: at or before the horizon,
+/// before every record naming a user version still kept (stored by a
+/// rollback or a conflict after `backup_cutoff`), splitting no call,
+/// action, conflict or session (restoring a session walks its entries from
+/// the first), and before every record of anything open (a call in doubt,
+/// an unfinished action, a pending conflict). `None` when nothing can go.
+fn cut_point(records: &[Record], horizon: u64, backup_cutoff: u64) -> Option<u64> {
+    let first = records.first()?.seq;
+    let mut c = horizon;
+    // (The user versions kept for `keep_days` are named by these records.)
+    if let Some(young) = records.iter().find(|r| {
+        let backup = match &r.body {
+            Body::FilePatch(p) => p.source == crate::record::PatchSource::Rollback,
+            Body::Conflict(_) => true,
+            _ => false,
+        };
+        backup && crate::ids::parse_rfc3339(&r.ts).is_none_or(|t| t >= backup_cutoff)
+    }) {
+        c = c.min(young.seq.saturating_sub(1));
+    }
+    if c < first {
+        return None;
+    }
+    const CALL: u8 = 0;
+    const CONFLICT: u8 = 1;
+    const SESSION: u8 = 2;
+    let open: Vec<(u8, String)> = crate::open::calls_in_doubt(records)
+        .into_iter()
+        .map(|c| (CALL, c))
+        .chain(
+            crate::open::unfinished_actions(records)
+                .into_iter()
+                .map(|(a, _)| (CALL, a)),
+        )
+        .chain(
+            crate::open::conflicts(records)
+                .into_iter()
+                .filter(|k| k.resolution == crate::record::Resolution::Pending)
+                .map(|k| (CONFLICT, k.conflict)),
+        )
+        .collect();
+    fn at<'a>(spans: &mut HashMap<(u8, &'a str), (u64, u64)>, key: (u8, &'a str), seq: u64) {
+        let e = spans.entry(key).or_insert((seq, seq));
+        e.1 = seq;
+    }
+    let mut spans: HashMap<(u8, &str), (u64, u64)> = HashMap::new();
+    for r in records {
+        match &r.body {
+            Body::ToolCall(t) => at(&mut spans, (CALL, &t.call), r.seq),
+            Body::FilePatch(p) => at(&mut spans, (CALL, &p.call), r.seq),
+            Body::Action(a) => {
+                at(&mut spans, (CALL, &a.action), r.seq);
+                // A compensation belongs with the call it compensates.
+                if let Some(call) = a.target.get("call").and_then(Value::as_str) {
+                    at(&mut spans, (CALL, call), r.seq);
+                }
+            }
+            Body::Conflict(k) => {
+                at(&mut spans, (CONFLICT, &k.conflict), r.seq);
+                at(&mut spans, (CALL, &k.action), r.seq);
+            }
+            Body::SessionEntry(_) => {
+                if let Some(s) = &r.session {
+                    at(&mut spans, (SESSION, s), r.seq);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (kind, id) in &open {
+        if let Some(s) = spans.get_mut(&(*kind, id.as_str())) {
+            s.1 = u64::MAX;
+        }
+    }
+    // Cutting after seq x splits a span (s, e) when s <= x < e: the bad
+    // positions, merged, and the last good one at or before `c`.
+    let mut bad: Vec<(u64, u64)> = spans
+        .values()
+        .filter(|(s, e)| *s <= c && e > s)
+        .map(|&(s, e)| (s, e - 1))
+        .collect();
+    bad.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in bad {
+        match merged.last_mut() {
+            Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    if let Some(&(s, e)) = merged.last()
+        && s <= c
+        && c <= e
+    {
+        c = s - 1;
+    }
+    (c >= first).then_some(c)
+}
+
+/// The cut this run makes, if any: at [`cut_point`], when what goes is a
+/// fifth of the ledger or more (each cut copies the rest of the ledger)
+/// and is more than earlier gc runs' own records (else each gc would take
+/// out the one before it, and a second gc would never find nothing to do).
+fn ledger_cut(
+    records: &[Record],
+    ends: &[u64],
+    horizon: u64,
+    backup_cutoff: u64,
+) -> Option<LedgerCut> {
+    let seq = cut_point(records, horizon, backup_cutoff)?;
+    let i = usize::try_from(seq - records.first()?.seq).ok()?;
+    let (r, end) = (records.get(i)?, *ends.get(i)?);
+    let total = *ends.last()?;
+    let only_gc = records[..=i]
+        .iter()
+        .all(|r| matches!(&r.body, Body::Action(a) if a.action_type == ActionType::Gc));
+    (end >= total / 5 && !only_gc).then(|| LedgerCut {
+        seq,
+        hash: r.hash.clone(),
+        end,
+        records: i as u64 + 1,
+    })
+}
+
+/// Takes the records up to `cut` out of the ledger (see
+/// [`crate::ledger::LedgerLock::compact`]); `end`, where that record ends,
+/// is found by a read when not known. Returns the bytes taken out (0 when
+/// the ledger already starts after it).
+fn cut_ledger(
+    ws: &Workspace,
+    cut: &crate::ledger::Cut,
+    end: Option<u64>,
+) -> Result<u64, WorkspaceError> {
+    let end = match end {
+        Some(e) => e,
+        None => {
+            let (read, ends) = ws.ledger().read_with_ends()?;
+            match read.records.iter().position(|r| r.seq == cut.seq) {
+                Some(i) => ends[i],
+                None => return Ok(0),
+            }
+        }
+    };
+    let mut lock = ws.ledger().lock()?;
+    crate::failpoint::hit("gc.before_cut").map_err(|e| FsError::new("gc", "ledger.jsonl", e))?;
+    Ok(lock.compact(cut, end)?)
+}
+
+/// Removes the files of the checkpoints whose record a cut up to
+/// `cut_seq` took (`upto_seq` below it: the record follows its file's
+/// position): nothing can roll back to them, and what they anchor is gone.
+fn drop_checkpoint_files(ws: &Workspace, cut_seq: u64) -> Result<u64, WorkspaceError> {
+    let rt = ws.runtime_dir();
+    let ids = crate::checkpoint::list_files(rt)
+        .map_err(|e| FsError::new("list", ".agent-runtime/checkpoints", e))?;
+    let Some(dir) = open_sub(rt, crate::checkpoint::CHECKPOINTS_DIR)
+        .map_err(|e| FsError::new("open", ".agent-runtime/checkpoints", e))?
+    else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    for id in ids {
+        if crate::checkpoint::read(rt, &id).is_ok_and(|f| f.upto_seq < cut_seq) {
+            let name = crate::checkpoint::file_name(&id);
+            match rustix::fs::unlinkat(&dir, name.as_str(), rustix::fs::AtFlags::empty()) {
+                Ok(()) => n += 1,
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => {
+                    return Err(FsError::new(
+                        "remove",
+                        format!(".agent-runtime/checkpoints/{name}"),
+                        e.into(),
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+    Ok(n)
 }
 
 /// Parses `30d`, `12h`, `90m`, `45s`, `2w` into milliseconds.
@@ -413,11 +612,10 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
     // ledger: a record appended after the ledger is read names contents
     // that these hold, or that were stored or found since (fresh).
     let mut current = HashSet::new();
-    snapshot_hashes(ws, &mut current);
-    state_hashes(ws, &mut current)?;
+    current_hashes(ws, &mut current)?;
     drop(ws.ledger().lock()?);
     let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
-    let read = ws.read_ledger()?;
+    let (read, mut ends) = read_ledger_with_ends(ws)?;
     ws.refuse_damaged(&read, head, "ckpt collects nothing", None)?;
     refuse_unknown(&read.records)?;
     // A rollback a crash cut short is finished first (it may need what
@@ -432,7 +630,10 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
             }
         }
         if again {
-            records = ws.read_ledger()?.records;
+            (records, ends) = {
+                let (r, e) = read_ledger_with_ends(ws)?;
+                (r.records, e)
+            };
         }
     }
     let now = ws.clock().now_ms();
@@ -457,13 +658,23 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
         patches: Counted::default(),
         outputs: Counted::default(),
         kept_blobs: Counted::default(),
+        ledger_records: 0,
+        ledger_bytes: 0,
+        ledger_cut_seq: None,
+        checkpoint_files: 0,
     };
     let plan = plan_with(ws, &records, horizon, backup_cutoff, now, current)?;
     report.blobs = plan.blobs;
     report.patches = plan.patches;
     report.outputs = plan.outputs;
     report.kept_blobs = plan.kept_blobs;
-    if opts.dry_run || plan.doomed.is_empty() {
+    let cut = ledger_cut(&records, &ends, horizon, backup_cutoff);
+    if let Some(c) = &cut {
+        report.ledger_records = c.records;
+        report.ledger_bytes = c.end;
+        report.ledger_cut_seq = Some(c.seq);
+    }
+    if opts.dry_run || (plan.doomed.is_empty() && cut.is_none()) {
         return Ok(report);
     }
     let action = ws.clock().new_id("act_");
@@ -479,6 +690,9 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
         "blobs": report.blobs,
         "patches": report.patches,
         "outputs": report.outputs,
+        "ledger_cut": cut.as_ref().map(|c| json!({
+            "seq": c.seq, "hash": c.hash, "records": c.records, "bytes": c.end,
+        })),
     });
     crate::action::append(
         ws,
@@ -491,6 +705,17 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
     )?;
     crate::failpoint::hit("gc.after_plan").map_err(|e| FsError::new("gc", "ledger.jsonl", e))?;
     let removed = remove(ws, &plan.doomed, now)?;
+    let mut outcome = json!({"removed": removed.files, "bytes": removed.bytes});
+    if let Some(c) = &cut {
+        let at = crate::ledger::Cut {
+            seq: c.seq,
+            hash: c.hash.clone(),
+            action: action.clone(),
+        };
+        outcome["ledger_bytes"] = json!(cut_ledger(ws, &at, Some(c.end))?);
+        report.checkpoint_files = drop_checkpoint_files(ws, c.seq)?;
+        outcome["checkpoint_files"] = json!(report.checkpoint_files);
+    }
     crate::action::append(
         ws,
         ActionType::Gc,
@@ -498,10 +723,28 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
         ActionStatus::Succeeded,
         Value::Null,
         None,
-        Some(json!({"removed": removed.files, "bytes": removed.bytes})),
+        Some(outcome),
     )?;
     report.action = Some(action);
     Ok(report)
+}
+
+/// The whole ledger with each record's end offset (damage noted for
+/// writers, as [`Workspace::read_ledger`] does).
+fn read_ledger_with_ends(ws: &Workspace) -> Result<(crate::LedgerRead, Vec<u64>), WorkspaceError> {
+    let (read, ends) = ws.ledger().read_with_ends()?;
+    ws.ledger().note_damage(&read);
+    Ok((read, ends))
+}
+
+/// What the tree's snapshots, `state/` and the registry of the agent's
+/// files name: current contents, whatever the ledger says (see [`gc`]).
+fn current_hashes(ws: &Workspace, out: &mut HashSet<ContentHash>) -> Result<(), WorkspaceError> {
+    snapshot_hashes(ws, out);
+    state_hashes(ws, out)?;
+    let dir = ws.state_dir()?;
+    out.extend(crate::agent_files::load(ws, &dir).hashes());
+    Ok(())
 }
 
 fn refuse_unknown(records: &[Record]) -> Result<(), WorkspaceError> {
@@ -612,14 +855,28 @@ pub(crate) fn finish(
             // (The caller read `records` after this: a record appended
             // since names what is current or fresh, as in `gc`.)
             let mut current = HashSet::new();
-            snapshot_hashes(ws, &mut current);
-            state_hashes(ws, &mut current)?;
+            current_hashes(ws, &mut current)?;
             let now = ws.clock().now_ms();
             let p = plan_with(ws, records, h, c, now, current)?;
             remove(ws, &p.doomed, now)?
         }
         _ => Counted::default(),
     };
+    // The ledger's cut, if it was planned (nothing when it was made).
+    let cut = plan
+        .as_ref()
+        .and_then(|p| p.get("ledger_cut"))
+        .and_then(|c| {
+            Some(crate::ledger::Cut {
+                seq: c.get("seq")?.as_u64()?,
+                hash: c.get("hash")?.as_str()?.to_string(),
+                action: action.to_string(),
+            })
+        });
+    if let Some(c) = &cut {
+        cut_ledger(ws, c, None)?;
+        drop_checkpoint_files(ws, c.seq)?;
+    }
     crate::action::append(
         ws,
         ActionType::Gc,

@@ -69,6 +69,172 @@ pub const HEAD_FILE: &str = "ledger.head";
 /// reaches. It holds the one-line reason. `ckpt repair` removes it.
 pub const DAMAGED_FILE: &str = "ledger.damaged";
 
+/// Where the live ledger starts when `ckpt gc` has cut its oldest records
+/// away: every cut made, oldest first (see [`Cut`]). Written (synced) before
+/// the shortened ledger replaces the whole one; absent until the first cut.
+pub const BASE_FILE: &str = "ledger.base";
+
+/// One cut `ckpt gc` made: the records up to `seq` left the ledger, and the
+/// first one kept names `hash` as its `prev`. A ledger whose first record
+/// is seq 1 is whole; one that starts after a recorded cut is a shortened
+/// one; any other start is damage.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct Cut {
+    /// The last record cut away.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+    /// The gc action that cut it.
+    pub action: String,
+}
+
+#[derive(Debug, Default, serde::Serialize, Deserialize)]
+struct BaseFile {
+    v: u32,
+    cuts: Vec<Cut>,
+}
+
+/// The cuts `ledger.base` records (none when there is no such file); an
+/// error names what is wrong with an unreadable one.
+pub fn read_cuts(rt: BorrowedFd<'_>) -> Result<Vec<Cut>, String> {
+    let (mut f, size) = match fs_util::open_regular_at_sized(rt, BASE_FILE.as_ref()) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("`{BASE_FILE}` cannot be read ({e})")),
+    };
+    if size > 16 << 20 {
+        return Err(format!("`{BASE_FILE}` is {size} bytes, not a list of cuts"));
+    }
+    let bytes = fs_util::read_to_end_sized(&mut f, size)
+        .map_err(|e| format!("`{BASE_FILE}` cannot be read ({e})"))?;
+    match serde_json::from_slice::<BaseFile>(&bytes) {
+        Ok(b) if b.v == 1 => Ok(b.cuts),
+        Ok(b) => Err(format!(
+            "`{BASE_FILE}` has version {}, which this ckpt does not know",
+            b.v
+        )),
+        Err(e) => Err(format!("`{BASE_FILE}` is damaged ({e})")),
+    }
+}
+
+/// Writes `ledger.base` as `cuts` plus `cut` (unless it is there), synced.
+pub(crate) fn add_cut(
+    rt: BorrowedFd<'_>,
+    d: &Durable,
+    mut cuts: Vec<Cut>,
+    cut: &Cut,
+) -> Result<(), LedgerError> {
+    if cuts.contains(cut) {
+        return Ok(());
+    }
+    cuts.push(cut.clone());
+    let mut text = serde_json::to_vec(&BaseFile { v: 1, cuts })
+        .map_err(|e| io_err_named(BASE_FILE, "write", io::Error::other(e)))?;
+    text.push(b'\n');
+    fs_util::write_atomic(
+        rt,
+        BASE_FILE.as_ref(),
+        &text,
+        0o600,
+        false,
+        Keep::Replacing(d),
+    )
+    .and_then(|()| d.all())
+    .map_err(|e| io_err_named(BASE_FILE, "write", e))
+}
+
+/// Where `ckpt repair` rebuilds the ledger `bytes` from: the newest cut
+/// before its first whole record, as `ledger.base` records it, or (that
+/// file missing or unreadable) as a gc record's plan in `bytes` names it
+/// (`ledger_cut`), then returned to be recorded again; the very start
+/// when no cut is known (each missing seq then gets a stand-in).
+pub fn rebuild_start(rt: BorrowedFd<'_>, bytes: &[u8]) -> (Tail, Option<Cut>) {
+    let lines = || {
+        bytes
+            .split(|&b| b == b'\n')
+            .filter_map(|l| check_line(l).ok().map(|c| (l, c)))
+    };
+    let Some(first) = lines().next().map(|(_, c)| c.seq()) else {
+        return (Tail::default(), None);
+    };
+    let best =
+        |cuts: &mut dyn Iterator<Item = Cut>| cuts.filter(|c| c.seq < first).max_by_key(|c| c.seq);
+    let (cut, restore) = match best(&mut read_cuts(rt).unwrap_or_default().into_iter()) {
+        Some(c) => (Some(c), false),
+        None => {
+            let mut named = lines().filter_map(|(l, c)| {
+                let r = to_record(l, &c).ok()?;
+                let Body::Action(a) = r.body else { return None };
+                let at = a.plan?.get("ledger_cut")?.clone();
+                let seq = at.get("seq")?.as_u64()?;
+                let hash = at.get("hash")?.as_str()?.to_string();
+                Some(Cut {
+                    seq,
+                    hash,
+                    action: a.action,
+                })
+            });
+            (best(&mut named), true)
+        }
+    };
+    match cut {
+        Some(c) => (
+            Tail {
+                seq: c.seq,
+                hash: Some(c.hash.clone()),
+                end: 0,
+            },
+            restore.then_some(c),
+        ),
+        None => (Tail::default(), None),
+    }
+}
+
+/// Where a read of the whole file `file` starts: after the recorded cut
+/// its first record links to, else at the very start (a first record that
+/// is not seq 1 then reads as damage at seq 1).
+fn start_of(rt: BorrowedFd<'_>, file: &File) -> Tail {
+    let mut buf = vec![0u8; 4096];
+    let mut filled = 0;
+    let first = loop {
+        let n = match std::os::unix::fs::FileExt::read_at(file, &mut buf[filled..], filled as u64) {
+            Ok(n) => n,
+            Err(_) => return Tail::default(),
+        };
+        filled += n;
+        if let Some(i) = memchr::memchr(b'\n', &buf[..filled]) {
+            break i;
+        }
+        if n == 0 || filled > MAX_LINE {
+            return Tail::default();
+        }
+        if filled == buf.len() {
+            buf.resize(buf.len() * 4, 0);
+        }
+    };
+    let Ok(c) = check_line(&buf[..first]) else {
+        return Tail::default();
+    };
+    if c.seq() <= 1 {
+        return Tail::default();
+    }
+    from_cut(rt, c.seq(), c.prev()).unwrap_or_default()
+}
+
+/// The position a first record `seq` with `prev` continues from, when a
+/// recorded cut accounts for the records before it.
+fn from_cut(rt: BorrowedFd<'_>, seq: u64, prev: Option<&str>) -> Option<Tail> {
+    let cuts = read_cuts(rt).ok()?;
+    let cut = cuts
+        .iter()
+        .find(|c| c.seq + 1 == seq && Some(c.hash.as_str()) == prev)?;
+    Some(Tail {
+        seq: cut.seq,
+        hash: Some(cut.hash.clone()),
+        end: 0,
+    })
+}
+
 const HASH_SUFFIX_PREFIX: &[u8] = b",\"hash\":\"sha256:";
 const HASH_SUFFIX_LEN: usize = HASH_SUFFIX_PREFIX.len() + 64 + 2;
 
@@ -115,7 +281,11 @@ pub enum LedgerError {
 }
 
 fn io_err(op: &'static str, e: impl Into<io::Error>) -> LedgerError {
-    LedgerError::Io(FsError::new(op, ".agent-runtime/ledger.jsonl", e.into()))
+    io_err_named(LEDGER_FILE, op, e)
+}
+
+fn io_err_named(name: &str, op: &'static str, e: impl Into<io::Error>) -> LedgerError {
+    LedgerError::Io(FsError::new(op, format!(".agent-runtime/{name}"), e.into()))
 }
 
 /// The header every line carries, borrowed from the line.
@@ -764,8 +934,12 @@ impl Ledger {
             };
             let linked = match &prev {
                 Some((seq, hash)) => check.seq() == seq + 1 && check.prev() == Some(hash.as_str()),
-                // The very first record of the ledger links to nothing.
-                None if start == 0 && from == 0 => check.seq() == 1 && check.prev().is_none(),
+                // The very first record of the ledger links to nothing, or
+                // to the record a recorded cut took away.
+                None if start == 0 && from == 0 => {
+                    (check.seq() == 1 && check.prev().is_none())
+                        || from_cut(self.rt.as_fd(), check.seq(), check.prev()).is_some()
+                }
                 // The first line of the window shows only the link checked next.
                 None => true,
             };
@@ -801,7 +975,7 @@ impl Ledger {
         if damaged_mark(self.rt.as_fd()).is_some() {
             return Ok(None);
         }
-        let Some(mut file) = self.open_for_read()? else {
+        let Some(file) = self.open_for_read()? else {
             return Ok(None);
         };
         let size = crate::sys::fstat(&file)
@@ -810,26 +984,8 @@ impl Ledger {
         if from.end > size || (from.seq == 0) != (from.end == 0) {
             return Ok(None);
         }
-        if from.end > 0 {
-            // The anchor's own line: the bytes before `from.end`, back to
-            // the previous newline (a record is at most MAX_LINE long).
-            let back = from.end.min(MAX_LINE as u64 + 1);
-            let mut buf = vec![0u8; back as usize];
-            file.seek(SeekFrom::Start(from.end - back))
-                .map_err(|e| io_err("seek", e))?;
-            file.read_exact(&mut buf).map_err(|e| io_err("read", e))?;
-            let Some(body) = buf.strip_suffix(b"\n") else {
-                return Ok(None);
-            };
-            let line = match memchr::memrchr(b'\n', body) {
-                Some(i) => &body[i + 1..],
-                None if back == from.end => body,
-                None => return Ok(None),
-            };
-            match check_line(line) {
-                Ok(c) if c.seq() == from.seq && Some(c.hash()) == from.hash.as_deref() => {}
-                _ => return Ok(None),
-            }
+        if from.end > 0 && !ends_at(&file, from)? {
+            return Ok(None);
         }
         let (read, ends) = Self::read_ends_of(file, from, self.progress)?;
         if read.corruption.is_some()
@@ -848,7 +1004,8 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok((LedgerRead::default(), Vec::new()));
         };
-        Self::read_ends_of(file, &Tail::default(), self.progress)
+        let from = start_of(self.rt.as_fd(), &file);
+        Self::read_ends_of(file, &from, self.progress)
     }
 
     fn read_ends_of(
@@ -895,10 +1052,17 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok(LedgerRead::default());
         };
-        read_lines(file, true, self.progress, &mut |raw, _, rec| match rec {
-            Some(r) => visit(raw, r),
-            None => Ok(()),
-        })
+        let from = start_of(self.rt.as_fd(), &file);
+        read_lines_after(
+            file,
+            &from,
+            true,
+            self.progress,
+            &mut |raw, _, rec| match rec {
+                Some(r) => visit(raw, r),
+                None => Ok(()),
+            },
+        )
     }
 
     /// Checks the whole chain (every line's hash, `seq` and `prev`) and calls
@@ -912,7 +1076,8 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok(LedgerRead::default());
         };
-        read_lines(file, false, self.progress, &mut |raw, check, _| {
+        let from = start_of(self.rt.as_fd(), &file);
+        read_lines_after(file, &from, false, self.progress, &mut |raw, check, _| {
             visit(raw, check)
         })
     }
@@ -1016,17 +1181,26 @@ fn parse_batch<'a>(
     })
 }
 
-/// Validates records one after another and classifies damage (B5).
-fn read_lines(
-    file: File,
-    with_body: bool,
-    progress: Option<crate::progress::Sink>,
-    visit: &mut RecordVisitor<'_>,
-) -> Result<LedgerRead, LedgerError> {
-    read_lines_after(file, &Tail::default(), with_body, progress, visit)
+/// Whether the record `at` names (its seq and hash) is the line that ends
+/// just before byte `at.end` of `file` (a record is at most MAX_LINE long).
+fn ends_at(file: &File, at: &Tail) -> Result<bool, LedgerError> {
+    let back = at.end.min(MAX_LINE as u64 + 1);
+    let mut buf = vec![0u8; back as usize];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, at.end - back)
+        .map_err(|e| io_err("read", e))?;
+    let Some(body) = buf.strip_suffix(b"\n") else {
+        return Ok(false);
+    };
+    let line = match memchr::memrchr(b'\n', body) {
+        Some(i) => &body[i + 1..],
+        None if back == at.end => body,
+        None => return Ok(false),
+    };
+    Ok(check_line(line).is_ok_and(|c| c.seq() == at.seq && Some(c.hash()) == at.hash.as_deref()))
 }
 
-/// [`read_lines`] from just after the record `from` names (its seq, hash
+/// Validates records one after another and classifies damage (B5), from
+/// just after the record `from` names (its seq, hash
 /// and end): the first line read must link to it. Line numbers in a
 /// [`Corruption`] then count from there.
 fn read_lines_after(
@@ -1093,7 +1267,11 @@ fn read_lines_after(
                 None => prev_hash.is_empty(),
                 Some(p) => p.as_bytes() == prev_hash.as_slice(),
             };
-            let problem = if seq != expect_seq {
+            let problem = if seq != expect_seq && expect_seq == 1 && line_no == 1 {
+                Some(format!(
+                    "the ledger starts at seq {seq}: the records before it are missing, and no cut `ckpt gc` recorded in `{BASE_FILE}` accounts for them"
+                ))
+            } else if seq != expect_seq {
                 Some(format!(
                     "seq {seq} where seq {expect_seq} was expected (a record is missing, duplicated or out of order)"
                 ))
@@ -1444,6 +1622,83 @@ impl<'a> LedgerLock<'a> {
         Ok((tail, out))
     }
 
+    /// `ckpt gc`: takes the records up to `cut.seq` out of the ledger. That
+    /// record must end at byte `end` of the file (a position a read under
+    /// this lock, or since only appends, returned). The cut is added to
+    /// `ledger.base` and synced; then the records after it are copied to a
+    /// new file, synced, renamed over the ledger, and the directory synced.
+    /// A crash leaves the whole ledger or the shortened one, and both read
+    /// (a reader that opened the whole one before the rename reads it
+    /// whole). Returns the bytes taken out: 0 when the ledger already
+    /// starts after the cut (a second run).
+    pub fn compact(&mut self, cut: &Cut, end: u64) -> Result<u64, LedgerError> {
+        let rt = self.ledger.rt.as_fd();
+        let d = &self.ledger.durable;
+        let anchor = Tail {
+            seq: cut.seq,
+            hash: Some(cut.hash.clone()),
+            end,
+        };
+        if start_of(rt, &self.file)
+            == (Tail {
+                end: 0,
+                ..anchor.clone()
+            })
+        {
+            return Ok(0);
+        }
+        if end == 0 || end > self.tail.end || !ends_at(&self.file, &anchor)? {
+            return Err(LedgerError::Corrupt {
+                seq: cut.seq,
+                line: 0,
+                problem: format!(
+                    "the ledger changed under gc: seq {} is no longer where it was read",
+                    cut.seq
+                ),
+            });
+        }
+        let cuts = read_cuts(rt).map_err(LedgerError::Damaged)?;
+        add_cut(rt, d, cuts, cut)?;
+        failpoint::hit("ledger.compact.after_base").map_err(|e| io_err("compact", e))?;
+        let tmp = format!("{LEDGER_FILE}.compact-tmp");
+        let _ = rustix::fs::unlinkat(rt, tmp.as_str(), rustix::fs::AtFlags::empty());
+        let copied = (|| -> io::Result<()> {
+            let mut out = fs_util::create_excl(rt, tmp.as_ref(), 0o600)?;
+            let mut buf = vec![0u8; 8 << 20];
+            let mut at = end;
+            while at < self.tail.end {
+                let n = buf.len().min((self.tail.end - at) as usize);
+                std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut buf[..n], at)?;
+                out.write_all(&buf[..n])?;
+                at += n as u64;
+            }
+            d.file_now(&out)?;
+            failpoint::hit("ledger.compact.before_rename")?;
+            rustix::fs::renameat(rt, tmp.as_str(), rt, LEDGER_FILE)?;
+            d.dir_now(rt)
+        })();
+        if let Err(e) = copied {
+            let _ = rustix::fs::unlinkat(rt, tmp.as_str(), rustix::fs::AtFlags::empty());
+            return Err(io_err("compact", e));
+        }
+        self.reopen()?;
+        self.tail.end -= end;
+        Ok(end)
+    }
+
+    /// Opens the ledger again for appends, after a rename replaced it.
+    fn reopen(&mut self) -> Result<(), LedgerError> {
+        let fd = rustix::fs::openat(
+            self.ledger.rt.as_fd(),
+            LEDGER_FILE,
+            OFlags::RDWR | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("open", e))?;
+        self.file = File::from(fd);
+        Ok(())
+    }
+
     fn repair(&mut self, torn: TornTail) -> Result<(), LedgerError> {
         let rt = self.ledger.rt.as_fd();
         let ts = self.ledger.clock.now_ms();
@@ -1508,14 +1763,7 @@ impl<'a> LedgerLock<'a> {
             .map_err(|e| io_err("replace", e))?;
         d.dir_now(rt)
             .map_err(|e| io_err("sync the directory of", e))?;
-        let fd = rustix::fs::openat(
-            rt,
-            LEDGER_FILE,
-            OFlags::RDWR | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io_err("open", e))?;
-        self.file = File::from(fd);
+        self.reopen()?;
         self.tail = tail;
         write_head(rt, &self.tail);
         Ok(())
@@ -1551,11 +1799,19 @@ pub struct Rebuilt {
 /// `backup`, where the old bytes are kept); from the first change on every
 /// record is written again with the `prev` of the new chain (content and
 /// `ts` as they were). Deterministic: the same bytes give the same ledger.
-pub fn rebuild(bytes: &[u8], head: Option<&Head>, backup: &str) -> Result<Rebuilt, LedgerError> {
+/// A ledger shortened by `ckpt gc` is rebuilt from `start` (the recorded
+/// cut it continues from; [`Tail::default`] for a whole one): records after
+/// it only, the first chained to it.
+pub fn rebuild(
+    bytes: &[u8],
+    start: &Tail,
+    head: Option<&Head>,
+    backup: &str,
+) -> Result<Rebuilt, LedgerError> {
     let mut out = Rebuilt::default();
-    let mut prev: Option<String> = None;
+    let mut prev: Option<String> = start.hash.clone();
     let mut last_ts = String::from("1970-01-01T00:00:00.000Z");
-    let mut next = 1u64;
+    let mut next = start.seq + 1;
     let stand_in = |out: &mut Rebuilt,
                     seq: u64,
                     prev: &mut Option<String>,

@@ -54,6 +54,10 @@ pub struct RepairReport {
     pub marked: Option<String>,
     /// What still needs a person after the repair (from `verify`).
     pub remaining: Vec<String>,
+    /// The seq up to which `ckpt gc` had cut the ledger, when `ledger.base`
+    /// had lost that cut and it was recorded again from the gc's record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_restored: Option<u64>,
 }
 
 fn io(op: &'static str, what: &str, e: std::io::Error) -> WorkspaceError {
@@ -81,7 +85,9 @@ impl Workspace {
         };
         let digest = crate::ContentHash::of(&bytes).hex();
         let backup = format!("{DAMAGED_DIR}/ledger-{}.jsonl", &digest[..16]);
-        let rebuilt = ledger::rebuild(&bytes, head.as_ref(), &backup)?;
+        // A ledger `ckpt gc` shortened is rebuilt from its cut.
+        let (start, lost_base) = ledger::rebuild_start(rt.as_fd(), &bytes);
+        let rebuilt = ledger::rebuild(&bytes, &start, head.as_ref(), &backup)?;
         let mut report = RepairReport {
             kept: rebuilt.kept,
             lost: rebuilt.lost.clone(),
@@ -108,8 +114,12 @@ impl Workspace {
         }
         report.checkpoints = reanchor.iter().map(|(f, _)| f.checkpoint.clone()).collect();
         let head_missing = head_state == HeadState::Absent && rebuilt.tail.seq > 0;
-        report.needed =
-            rebuilt.changed || !reanchor.is_empty() || head_missing || report.marked.is_some();
+        report.base_restored = lost_base.as_ref().map(|c| c.seq);
+        report.needed = rebuilt.changed
+            || !reanchor.is_empty()
+            || head_missing
+            || report.marked.is_some()
+            || lost_base.is_some();
         if rebuilt.changed {
             report.backup = Some(backup.clone());
         }
@@ -185,6 +195,31 @@ impl Workspace {
         self.sync_all()?;
         crate::failpoint::hit("repair.before_replace")
             .map_err(|e| io("repair", ledger::LEDGER_FILE, e))?;
+        // The cut gc made, recorded again (a garbled `ledger.base` kept).
+        if let Some(cut) = &lost_base {
+            let cuts = match ledger::read_cuts(rt.as_fd()) {
+                Ok(c) => c,
+                Err(_) => {
+                    if let Ok((mut f, size)) =
+                        fs_util::open_regular_at_sized(rt.as_fd(), ledger::BASE_FILE.as_ref())
+                        && let Ok(old) = fs_util::read_to_end_sized(&mut f, size)
+                    {
+                        let name =
+                            format!("ledger.base-{}", &crate::ContentHash::of(&old).hex()[..16]);
+                        let _ = fs_util::write_atomic(
+                            damaged.as_fd(),
+                            name.as_ref(),
+                            &old,
+                            0o600,
+                            true,
+                            Keep::Named(d),
+                        );
+                    }
+                    Vec::new()
+                }
+            };
+            ledger::add_cut(rt.as_fd(), d, cuts, cut)?;
+        }
         // 3. The rebuilt ledger (or, unchanged, a head anchor again).
         if rebuilt.changed || head_missing {
             lock.replace_all(&rebuilt.bytes, rebuilt.tail.clone())?;

@@ -173,6 +173,19 @@ pub(crate) fn collected_patch<'p>(
         .map(|p| (p, h))
 }
 
+/// The error for an id the ledger does not hold, its first record being
+/// `first_seq`: when `ckpt gc` took the oldest records out, the id may have
+/// been among them.
+pub fn unknown_id(first_seq: u64, id: &str) -> crate::WorkspaceError {
+    match first_seq {
+        s if s > 1 => crate::WorkspaceError::Collected(format!(
+            "`{id}` is not in the ledger: it is no id of this workspace, or `ckpt gc` took it out with the history up to seq {} (what is older than the checkpoints gc keeps can no longer be rolled back to or shown); run `ckpt log` to see what is kept",
+            s - 1
+        )),
+        _ => crate::WorkspaceError::UnknownId(id.to_string()),
+    }
+}
+
 /// Checkpoint ids a rollback can no longer reach (older than a recorded
 /// horizon), for messages.
 pub(crate) fn collected_checkpoints(records: &[Record]) -> BTreeSet<String> {

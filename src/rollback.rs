@@ -452,7 +452,8 @@ fn checkpoint_seq(records: &[Record], ck: &str) -> Option<u64> {
 fn select<'r>(records: &'r [Record], sel: &Selector) -> Result<Selection<'r>, WorkspaceError> {
     let now = Effects::replay(records, None);
     let live = now.live_agent();
-    let unknown = |id: &str| WorkspaceError::UnknownId(id.to_string());
+    let first = records.first().map_or(0, |r| r.seq);
+    let unknown = |id: &str| crate::retention::unknown_id(first, id);
     let mut out = Selection {
         undo: Vec::new(),
         redo: Vec::new(),

@@ -47,6 +47,11 @@ pub struct VerifyReport {
     /// design (only records at or before its horizon name them, and nothing
     /// open needs them): not problems.
     pub collected: usize,
+    /// The records before this seq were taken out of the ledger by `ckpt
+    /// gc` (by design: `ledger.base` records the cut and the first record
+    /// left links to it); `None` for a whole ledger.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_starts_at: Option<u64>,
 }
 
 fn valid_artifact_id(id: &str) -> bool {
@@ -210,6 +215,49 @@ impl Workspace {
             let _ = rustix::fs::unlinkat(&**rt, NEEDS_VERIFY_FILE, rustix::fs::AtFlags::empty());
         }
 
+        // The oldest records `ckpt gc` took out: the ledger starts after a
+        // cut `ledger.base` records (the reader links it), or starts whole
+        // and holds, at each recorded cut it reaches, the record the cut
+        // names (a gc cut short before its rename).
+        let first = read.records.first().map_or(read.tail.seq + 1, |r| r.seq);
+        let ledger_starts_at = (first > 1 && !read.records.is_empty()).then_some(first);
+        // The record a cut took out just before the first one left: what a
+        // kept checkpoint made right then anchors.
+        let mut cut_before: Option<(u64, String)> = None;
+        match crate::ledger::read_cuts(rt.as_fd()) {
+            Err(why) if first > 1 => problems.push(Problem {
+                seq: None,
+                path: Some(crate::ledger::BASE_FILE.into()),
+                problem: why,
+            }),
+            Err(why) => warnings.push(Problem {
+                seq: None,
+                path: Some(crate::ledger::BASE_FILE.into()),
+                problem: format!("{why}; the ledger is whole, so nothing depends on it"),
+            }),
+            Ok(cuts) => {
+                cut_before = cuts
+                    .iter()
+                    .find(|c| c.seq + 1 == first)
+                    .map(|c| (c.seq, c.hash.clone()));
+                for c in cuts.iter().filter(|c| c.seq >= first) {
+                    let at = usize::try_from(c.seq - first)
+                        .ok()
+                        .and_then(|i| read.records.get(i));
+                    if at.is_some_and(|r| r.hash != c.hash) {
+                        problems.push(Problem {
+                            seq: Some(c.seq),
+                            path: Some(crate::ledger::BASE_FILE.into()),
+                            problem: format!(
+                                "`ckpt gc` ({}) cut the ledger after seq {}, but the record at that seq is not the one it cut after: the ledger was replaced by another",
+                                c.action, c.seq
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+
         // What `ckpt gc` may have removed by design: contents and artifacts
         // that only records at or before its horizon name, and nothing open
         // needs (`crate::gc`'s own rule, without the user versions' grace).
@@ -226,6 +274,9 @@ impl Workspace {
         let mut blobs: BTreeMap<ContentHash, u64> = BTreeMap::new();
         let mut patches = 0usize;
         let mut by_seq_hash: BTreeMap<u64, &str> = BTreeMap::new();
+        if let Some((seq, hash)) = &cut_before {
+            by_seq_hash.insert(*seq, hash);
+        }
         let mut recorded_checkpoints = HashSet::new();
         let mut checkpoints_checked = 0usize;
         for r in &read.records {
@@ -378,6 +429,12 @@ impl Workspace {
                             path: Some(path),
                             problem: format!("checkpoint {id} anchors seq {} with a different hash: the ledger was rewritten", f.upto_seq),
                         });
+                    } else if ledger_starts_at.is_some_and(|s| f.upto_seq < s) {
+                        warnings.push(Problem {
+                            seq: None,
+                            path: Some(path),
+                            problem: format!("checkpoint {id}'s record was taken out of the ledger by `ckpt gc` (a gc cut short before removing this file); it is ignored, and the next `ckpt gc` removes it"),
+                        });
                     } else {
                         warnings.push(Problem {
                             seq: None,
@@ -420,6 +477,7 @@ impl Workspace {
             patches_checked: patches,
             checkpoints_checked,
             collected,
+            ledger_starts_at,
         })
     }
 }

@@ -18,8 +18,11 @@ use crate::common::{
 
 const DAY: u64 = 86_400;
 
-/// A history's clock: day 0 is two hours from now.
-struct Clock(u64);
+/// A history's clock: day 0 is two hours from now; with a count of the
+/// commands run, so that each gets ids of its own (ids seeded by the day
+/// alone repeat within a day: two calls of one id read as one call started
+/// twice, in doubt).
+struct Clock(u64, std::cell::Cell<u64>);
 
 impl Clock {
     fn new() -> Clock {
@@ -27,7 +30,12 @@ impl Clock {
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        Clock(now + 2 * 3600)
+        Clock(now + 2 * 3600, std::cell::Cell::new(0))
+    }
+    fn id_seed(&self, day: u64) -> String {
+        self.1.set(self.1.get() + 1);
+        // Odd: the fixed clock seeds its generator with `seed | 1`.
+        ((day * 100_000 + self.1.get()) * 2 + 1).to_string()
     }
     fn at(&self, day: u64) -> String {
         (self.0 + day * DAY).to_string()
@@ -38,7 +46,10 @@ fn at(env: &TestEnv, clock: &Clock, day: u64, args: &[&str]) -> Run {
     let t = clock.at(day);
     env.ckpt_env(
         args,
-        &[("CKPT_TIMESTAMP", &t), ("CKPT_ID_SEED", &day.to_string())],
+        &[
+            ("CKPT_TIMESTAMP", &t),
+            ("CKPT_ID_SEED", &clock.id_seed(day)),
+        ],
     )
 }
 
@@ -152,7 +163,8 @@ fn same_rollback(a: &TestEnv, b: &TestEnv, clock: &Clock, day: u64, ck: &str) ->
     let rb = at(&b, clock, day, &["rollback", "--to", ck, "--json"]);
     if ra.code == 1
         && (ra.stderr.contains("collected by `ckpt gc`")
-            || ra.stderr.contains("older than what `ckpt gc` kept"))
+            || ra.stderr.contains("older than what `ckpt gc` kept")
+            || ra.stderr.contains("`ckpt gc` took it out with the history"))
     {
         return false;
     }
@@ -170,6 +182,7 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
     let s = seed(24);
     let mut removed = 0;
     let mut refused = 0;
+    let mut cut = 0;
     for round in 0..4 {
         let mut rng = Rng(s.wrapping_add(round * 7919) | 1);
         let env = TestEnv::init();
@@ -177,7 +190,8 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
         let turns = 4 + rng.below(3);
         let cks = history(&env, &clock, &mut rng, turns);
         let oracle = copy_workspace(&env);
-        let keep = rng.below(turns);
+        // (The first round keeps one: its gc has history to take out of the ledger.)
+        let keep = if round == 0 { 1 } else { rng.below(turns) };
         let now = turns * 4 + 10;
         let mut args = vec!["--keep".to_string(), keep.to_string()];
         if rng.below(2) == 0 {
@@ -195,6 +209,8 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
         assert_eq!(r["blobs"], dry["blobs"], "the dry run said what goes");
         assert_eq!(r["patches"], dry["patches"]);
         removed += r["blobs"]["files"].as_u64().unwrap() + r["patches"]["files"].as_u64().unwrap();
+        assert_eq!(r["ledger_records"], dry["ledger_records"]);
+        cut += r["ledger_records"].as_u64().unwrap();
         let kept = ids(&r["kept_checkpoints"]);
         let collected = ids(&r["collected_checkpoints"]);
         assert_eq!(kept.len() + collected.len(), cks.len());
@@ -218,11 +234,15 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
         // A second gc with the same settings finds nothing more.
         let again = gc(&env, &clock, now, &args);
         assert_eq!(again["blobs"]["files"], 0, "{again}");
-        assert!(again["action"].is_null());
+        assert!(again["action"].is_null(), "{r}\n{again}");
     }
     assert!(
         removed > 0,
         "the histories gave gc nothing to remove: the test proves nothing"
+    );
+    assert!(
+        cut > 0,
+        "no gc took records out of the ledger: the test proves nothing"
     );
     assert!(
         refused > 0,
@@ -230,15 +250,14 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
     );
 }
 
-#[test]
-fn a_rollback_past_the_horizon_is_refused_by_name_and_show_says_collected() {
-    let env = TestEnv::init();
-    let clock = Clock::new();
-    let c0 = checkpoint(&env, &clock, 0, "start");
-    exec(&env, &clock, 0, "echo one > a.txt");
-    exec(&env, &clock, 1, "echo two > a.txt");
-    let c1 = checkpoint(&env, &clock, 10, "later");
-    exec(&env, &clock, 10, "echo three > a.txt");
+/// Two checkpoints with calls after each; returns them and the first
+/// call's file-patch record.
+fn two_turns(env: &TestEnv, clock: &Clock) -> (String, String, serde_json::Value) {
+    let c0 = checkpoint(env, clock, 0, "start");
+    exec(env, clock, 0, "echo one > a.txt");
+    exec(env, clock, 1, "echo two > a.txt");
+    let c1 = checkpoint(env, clock, 10, "later");
+    exec(env, clock, 10, "echo three > a.txt");
     let log = env.ckpt(&["log", "--json"]).json();
     let first_call = log["records"]
         .as_array()
@@ -247,16 +266,101 @@ fn a_rollback_past_the_horizon_is_refused_by_name_and_show_says_collected() {
         .find(|r| r["kind"] == "file_patch")
         .unwrap()
         .clone();
-    let r = gc(&env, &clock, 20, &["--keep", "1"]);
-    assert_eq!(ids(&r["kept_checkpoints"]), vec![c1.clone()]);
-    assert_eq!(ids(&r["collected_checkpoints"]), vec![c0.clone()]);
+    (c0, c1, first_call)
+}
+
+/// gc --keep 1 over [`two_turns`]: c0 collected, c1 kept, and what only
+/// c0 needed gone.
+fn gc_keeping_the_newest(env: &TestEnv, clock: &Clock, c0: &str, c1: &str) -> serde_json::Value {
+    let r = gc(env, clock, 20, &["--keep", "1"]);
+    assert_eq!(ids(&r["kept_checkpoints"]), vec![c1.to_string()]);
+    assert_eq!(ids(&r["collected_checkpoints"]), vec![c0.to_string()]);
     assert!(r["action"].as_str().unwrap().starts_with("act_"));
     // "one" was only ever the first call's after and the second's before.
-    assert!(!blob_path(&env, b"one\n").exists());
+    assert!(!blob_path(env, b"one\n").exists());
     assert!(
-        blob_path(&env, b"two\n").exists(),
+        blob_path(env, b"two\n").exists(),
         "the kept checkpoint's content"
     );
+    r
+}
+
+/// The kept checkpoint still restores, and the ledger says what gc did.
+fn the_kept_one_restores(env: &TestEnv, clock: &Clock, c1: &str) {
+    let rb = at(env, clock, 21, &["rollback", "--to", c1]);
+    assert_eq!(rb.code, 0, "{}", rb.stderr);
+    assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"two\n");
+    let log = env.ckpt(&["log"]);
+    assert!(log.stdout.contains("gc started (keep 1)"), "{}", log.stdout);
+    assert!(log.stdout.contains("gc succeeded"), "{}", log.stdout);
+}
+
+#[test]
+fn history_gc_took_out_of_the_ledger_is_refused_by_name_and_verify_says_where_it_starts() {
+    let env = TestEnv::init();
+    let clock = Clock::new();
+    let (c0, c1, first_call) = two_turns(&env, &clock);
+    let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
+    let cut = r["ledger_cut_seq"].as_u64().expect("gc cut the ledger");
+    assert!(r["ledger_records"].as_u64().unwrap() >= 7, "{r}");
+    assert_eq!(r["checkpoint_files"], 1, "c0's file went with its record");
+    let gone = format!("`ckpt gc` took it out with the history up to seq {cut}");
+    let rb = at(&env, &clock, 21, &["rollback", "--to", &c0]);
+    assert_eq!(rb.code, 1);
+    assert!(
+        rb.stderr.contains(&format!("`{c0}` is not in the ledger")),
+        "{}",
+        rb.stderr
+    );
+    assert!(rb.stderr.contains(&gone), "{}", rb.stderr);
+    assert!(!rb.stderr.contains("panicked"));
+    let call = first_call["call"].as_str().unwrap();
+    let rb = at(&env, &clock, 21, &["rollback", "--call", call]);
+    assert_eq!(rb.code, 1);
+    assert!(rb.stderr.contains(&gone), "{}", rb.stderr);
+    let show = env.ckpt(&["show", first_call["patch"].as_str().unwrap()]);
+    assert_ne!(show.code, 0);
+    assert!(show.stderr.contains(&gone), "{}", show.stderr);
+    let v = verify_ok(&env);
+    assert_eq!(v["ledger_starts_at"].as_u64(), Some(cut + 1), "{v}");
+    // status, log and recover read the shortened ledger.
+    for args in [&["status"][..], &["log", "-n", "5"], &["recover"]] {
+        let r = env.ckpt(args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    }
+    let log = env.ckpt(&["log"]);
+    assert!(
+        log.stdout.starts_with(&format!(
+            "(the records up to seq {cut} were taken out of the ledger by `ckpt gc`)"
+        )),
+        "{}",
+        log.stdout
+    );
+    the_kept_one_restores(&env, &clock, &c1);
+    verify_ok(&env);
+}
+
+#[test]
+fn a_call_in_doubt_holds_the_ledger_whole_and_collected_history_is_refused_by_name() {
+    let env = TestEnv::init();
+    let clock = Clock::new();
+    // A call that started first and never ended: it may still write, so
+    // the records from its start on stay in the ledger.
+    let payload = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/hooks/generic/write.pre.json"),
+    )
+    .unwrap();
+    let r = run_with_stdin(
+        &env,
+        &["hook", "pre", "--format", "generic"],
+        &payload,
+        &[("CKPT_TIMESTAMP", &clock.at(0))],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (c0, c1, first_call) = two_turns(&env, &clock);
+    let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
+    assert_eq!(r["ledger_records"], 0, "{r}");
+    assert!(r["ledger_cut_seq"].is_null(), "{r}");
     let rb = at(&env, &clock, 21, &["rollback", "--to", &c0]);
     assert_eq!(rb.code, 1);
     assert!(
@@ -284,13 +388,8 @@ fn a_rollback_past_the_horizon_is_refused_by_name_and_show_says_collected() {
     );
     let v = verify_ok(&env);
     assert!(v["collected"].as_u64().unwrap() >= 2, "{v}");
-    // The kept one still works, and the ledger says what gc did.
-    let rb = at(&env, &clock, 21, &["rollback", "--to", &c1]);
-    assert_eq!(rb.code, 0, "{}", rb.stderr);
-    assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"two\n");
-    let log = env.ckpt(&["log"]);
-    assert!(log.stdout.contains("gc started (keep 1)"), "{}", log.stdout);
-    assert!(log.stdout.contains("gc succeeded"), "{}", log.stdout);
+    assert!(v["ledger_starts_at"].is_null(), "a whole ledger: {v}");
+    the_kept_one_restores(&env, &clock, &c1);
 }
 
 #[test]
@@ -452,7 +551,11 @@ fn a_crash_at_each_write_point_of_gc_leaves_a_workspace_that_verifies_and_restor
     let oracle = copy_workspace(&env);
     // What an uninterrupted gc leaves.
     let whole = copy_workspace(&env);
-    gc(&whole, &clock, now, &["--keep", "2"]);
+    let w = gc(&whole, &clock, now, &["--keep", "2"]);
+    assert!(
+        w["ledger_records"].as_u64().unwrap() > 0,
+        "the gc cuts the ledger, so its write points are among those crashed at: {w}"
+    );
     let artifacts = |e: &TestEnv| -> Vec<std::path::PathBuf> {
         let root = e.rt().join("artifacts");
         files_under(&root)
@@ -489,7 +592,12 @@ fn a_crash_at_each_write_point_of_gc_leaves_a_workspace_that_verifies_and_restor
         assert!(rec.code == 0 || rec.code == 5, "{}", rec.stderr);
         gc(&w, &clock, now, &["--keep", "2"]);
         assert_eq!(artifacts(&w), expected, "after a crash at write point {k}");
-        verify_ok(&w);
+        let v = verify_ok(&w);
+        assert_eq!(
+            v["ledger_starts_at"],
+            verify_ok(&whole)["ledger_starts_at"],
+            "the ledger is cut where an uninterrupted gc cuts it, after a crash at {k}"
+        );
         assert!(k < 60, "gc never finished without a crash");
     }
     assert!(crashed >= 3, "only {crashed} write points");
@@ -705,4 +813,51 @@ fn a_big_contents_chunks_go_with_it_and_those_a_kept_version_shares_stay() {
     assert!(std::fs::read(env.ws.join("big.bin")).unwrap() == v2);
     assert!(!env.ws.join("a.txt").exists());
     verify_ok(&env);
+}
+
+#[test]
+fn a_lost_or_garbled_ledger_base_is_refused_then_repair_records_the_cut_again() {
+    for damage in ["deleted", "garbled"] {
+        let env = TestEnv::init();
+        let clock = Clock::new();
+        let (c0, c1, _) = two_turns(&env, &clock);
+        let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
+        let cut = r["ledger_cut_seq"].as_u64().expect("gc cut the ledger");
+        let base = env.rt().join("ledger.base");
+        let whole = std::fs::read(&base).unwrap();
+        if damage == "deleted" {
+            std::fs::remove_file(&base).unwrap();
+        } else {
+            std::fs::write(&base, b"{\"v\":1,\"cuts\":[{\"seq\":").unwrap();
+        }
+        // Nothing explains the records before the ledger's first: damage,
+        // refused as such, never read as a whole history.
+        let v = env.ckpt(&["verify", "--json"]);
+        assert_eq!(v.code, 4, "{damage}: {}", v.stdout);
+        assert!(
+            v.stdout
+                .contains(&format!("the ledger starts at seq {}", cut + 1)),
+            "{damage}: {}",
+            v.stdout
+        );
+        let rb = at(&env, &clock, 21, &["rollback", "--to", &c1]);
+        assert_ne!(rb.code, 0, "{damage}: a rollback over a damaged ledger");
+        assert!(rb.stderr.contains("ckpt repair"), "{damage}: {}", rb.stderr);
+        assert!(!rb.stderr.contains("panicked"));
+        // repair finds the cut in gc's own record and writes it again.
+        let rep = env.ckpt(&["repair", "--json"]);
+        assert_eq!(rep.code, 0, "{damage}: {}{}", rep.stdout, rep.stderr);
+        assert_eq!(rep.json()["base_restored"].as_u64(), Some(cut), "{damage}");
+        assert_eq!(std::fs::read(&base).unwrap(), whole, "{damage}");
+        if damage == "garbled" {
+            let kept = std::fs::read_dir(env.rt().join("damaged"))
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().starts_with("ledger.base-"));
+            assert!(kept, "the garbled base is kept in damaged/");
+        }
+        let v = verify_ok(&env);
+        assert_eq!(v["ledger_starts_at"].as_u64(), Some(cut + 1));
+        the_kept_one_restores(&env, &clock, &c1);
+    }
 }

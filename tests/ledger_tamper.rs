@@ -255,7 +255,7 @@ fn every_action_refuses_a_re_forged_chain() {
     // The forger drops record 3 and re-chains everything after it.
     let mut ls = lines(&full);
     ls.remove(2);
-    let forged = ckpt::ledger::rebuild(&ls.concat(), None, "x").unwrap();
+    let forged = ckpt::ledger::rebuild(&ls.concat(), &Default::default(), None, "x").unwrap();
     std::fs::write(env.ledger_path(), &forged.bytes).unwrap();
     let mut head = serde_json::to_vec(&serde_json::json!({
         "seq": forged.tail.seq, "hash": forged.tail.hash}))

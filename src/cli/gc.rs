@@ -102,12 +102,21 @@ fn render(ui: &mut Ui, r: &GcReport) -> Result<(), CommandError> {
             size(c.bytes)
         )
     };
-    let parts = [
+    let mut parts = vec![
         what(&r.blobs, "stored content", "stored contents"),
         what(&r.patches, "patch artifact", "patch artifacts"),
         what(&r.outputs, "compensation output", "compensation outputs"),
     ];
-    let total = r.blobs.files + r.patches.files + r.outputs.files;
+    if let Some(seq) = r.ledger_cut_seq {
+        parts.push(format!(
+            "the ledger's {} oldest record{} (seq {}–{seq}, {})",
+            r.ledger_records,
+            if r.ledger_records == 1 { "" } else { "s" },
+            seq + 1 - r.ledger_records,
+            size(r.ledger_bytes)
+        ));
+    }
+    let total = r.blobs.files + r.patches.files + r.outputs.files + r.ledger_records;
     if total == 0 {
         ui.line(&format!(
             "nothing to collect: the {} kept stored contents ({}) are all needed",

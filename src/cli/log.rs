@@ -21,11 +21,14 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         (Some(n), None) => ws.ledger().read_last(n)?,
         _ => None,
     };
+    // The ledger's first record: after seq 1 when `ckpt gc` cut it.
+    let mut first_seq = None;
     let (rows, read) = match last {
         Some(rows) => (rows, None),
         None => {
             let mut rows: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
             let read = ws.ledger().scan(|raw, rec| {
+                first_seq.get_or_insert(rec.seq);
                 if args.session.is_none() || rec.session == args.session {
                     rows.push((if ui.json { raw.to_vec() } else { Vec::new() }, rec));
                 }
@@ -50,6 +53,17 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     } else {
         if rows.is_empty() {
             ui.line("the ledger is empty: nothing recorded yet")?;
+        }
+        if let Some(first) = first_seq.filter(|&s| s > 1)
+            && args.limit.is_none_or(|n| n >= rows.len())
+            && rows
+                .first()
+                .is_some_and(|(_, r)| r.seq == first || args.session.is_some())
+        {
+            ui.line(&format!(
+                "(the records up to seq {} were taken out of the ledger by `ckpt gc`)",
+                first - 1
+            ))?;
         }
         for (_, r) in &rows {
             let (kind, text) = describe(r);

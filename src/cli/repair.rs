@@ -38,6 +38,16 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
                 compact(&r.lost)
             ))?;
         }
+        if let Some(seq) = r.base_restored {
+            ui.line(&format!(
+                "  ledger.base: the cut `ckpt gc` made up to seq {seq} {} from the gc's record",
+                if args.dry_run {
+                    "would be recorded again"
+                } else {
+                    "recorded again"
+                }
+            ))?;
+        }
         if let Some(b) = &r.backup {
             ui.line(&format!(
                 "  the old ledger, whole ({} bytes in no kept record), {verb} go to .agent-runtime/{b}",

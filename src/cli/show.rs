@@ -32,7 +32,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let id = args.id.as_str();
     let mut found: Vec<(Vec<u8>, ckpt::Record)> = Vec::new();
     let mut horizon = 0;
+    let mut first = 0;
     let read = ws.ledger().scan(|raw, rec| {
+        if first == 0 {
+            first = rec.seq;
+        }
         if matches!(&rec.body, Body::Action(a) if a.action_type == ckpt::record::ActionType::Gc) {
             horizon = horizon.max(ckpt::gc::horizon(std::slice::from_ref(&rec)));
         }
@@ -52,7 +56,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
         ));
     }
     if found.is_empty() {
-        return Err(ckpt::WorkspaceError::UnknownId(id.to_string()).into());
+        return Err(ckpt::gc::unknown_id(first, id).into());
     }
     let kind = match &found[0].1.body {
         Body::Checkpoint(_) => "checkpoint",

@@ -29,6 +29,11 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
                 report.collected
             ));
         }
+        if let Some(seq) = report.ledger_starts_at {
+            summary.push_str(&format!(
+                "; the records before seq {seq} were taken out of the ledger by `ckpt gc` (by design)"
+            ));
+        }
         if report.ok {
             ui.line(&format!("ok: {summary}"))?;
         } else {
