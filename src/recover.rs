@@ -4,7 +4,9 @@
 //!
 //! Calls are classified from their `tool_call` records (RELIABILITY T14):
 //! `completed` (last status succeeded), `failed`, `pending` (planned or
-//! approved, never started) and `uncertain` (started, never ended). For an
+//! approved, never started) and `uncertain` (started, never ended). Calls
+//! that completed or failed before the last checkpoint are counted, not
+//! listed. For an
 //! uncertain call that declared its files, each file is compared with the
 //! before hash and the predicted after hash the `started` record carries:
 //! - every file at its predicted after → `applied`: the after bytes are
@@ -391,6 +393,12 @@ pub fn recover(ws: &Workspace) -> Result<RecoverReport, WorkspaceError> {
                 if ci.seq_last <= last_ckpt_seq {
                     continue;
                 }
+            }
+            // A failure in a turn a checkpoint closed is old news, like a
+            // success there: counted, not listed (and it does not hold back
+            // the cut `recover` reads from).
+            CallStatus::Failed if !ci.last.outcome_unknown && ci.seq_last <= last_ckpt_seq => {
+                continue;
             }
             CallStatus::Failed if ci.last.outcome_unknown => {
                 // Closed by ckpt without its after-event, and its effects

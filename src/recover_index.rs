@@ -2,9 +2,8 @@
 //! a cache of the ledger position before which no record can change its
 //! report. A long history is then read from that position on, not whole.
 //!
-//! The report depends on: every call not plainly completed (failed, in
-//! doubt, pending), every call whose last record follows the last
-//! checkpoint, the last checkpoint itself, pending conflicts and unfinished
+//! The report depends on: every call not plainly ended (in doubt,
+//! pending), every call whose last record follows the last checkpoint, the last checkpoint itself, pending conflicts and unfinished
 //! actions. The cut is the first record of any of these, moved back until
 //! no call has records on both sides of it; the calls wholly before it are
 //! counted (`calls_before`, for the report's total). The cache names the
@@ -242,7 +241,8 @@ fn next_cut(records: &[Record], ends: &[u64], from: &Tail, calls_before: u64) ->
     }
     let mut cut = last_checkpoint.unwrap_or(0);
     for &(first, last, status) in calls.values() {
-        if status != CallStatus::Succeeded || last_checkpoint.is_none_or(|c| last > c) {
+        let ended = matches!(status, CallStatus::Succeeded | CallStatus::Failed);
+        if !ended || last_checkpoint.is_none_or(|c| last > c) {
             cut = cut.min(first);
         }
     }

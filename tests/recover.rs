@@ -740,3 +740,53 @@ fn a_damaged_or_stale_recover_cache_is_rebuilt_and_never_trusted() {
         assert_eq!(now, good, "rebuilt after {}", String::from_utf8_lossy(&b));
     }
 }
+
+/// A call that failed in a turn a checkpoint closed is counted, not listed,
+/// as a completed one is; so it no longer holds `recover`'s cut back at the
+/// oldest failure (failed shell calls are common: every failing test run).
+/// One whose outcome ckpt could not know stays listed, in doubt.
+#[test]
+fn a_failure_before_the_last_checkpoint_is_counted_not_listed_and_the_cut_passes_it() {
+    let env = TestEnv::init();
+    env.write("a.txt", b"alpha\nbeta\n");
+    let input = edit(&env, "a.txt", "beta", "BETA");
+    pre(&env, "t1", "Edit", input.clone());
+    post_failure(&env, "t1", "Edit", input);
+    let (_, v) = recover(&env);
+    assert_eq!(
+        call(&v, "t1")["status"],
+        "failed",
+        "in the open turn: listed"
+    );
+    assert_eq!(env.ckpt(&["checkpoint"]).code, 0);
+    let r = env.ckpt(&["exec", "--", "sh", "-c", "echo later > b.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (code, v) = recover(&env);
+    assert_eq!(code, 0, "{v}");
+    let listed: Vec<&str> = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].as_str().unwrap())
+        .collect();
+    assert!(!listed.contains(&"t1"), "{v}");
+    assert_eq!(listed.len(), 1, "the exec after the checkpoint: {v}");
+    let human = env.ckpt(&["recover"]);
+    assert!(
+        human
+            .stdout
+            .starts_with("2 calls in the ledger; in doubt or recent: 1 completed, 0 failed"),
+        "t1 is still counted: {}",
+        human.stdout
+    );
+    let cached: Value =
+        serde_json::from_slice(&std::fs::read(env.rt().join("index/recover.json")).unwrap())
+            .unwrap();
+    assert!(
+        cached["seq"].as_u64().unwrap() >= 2,
+        "the cut moved past the failed call: {cached}"
+    );
+    // The next recover reads from there and says the same.
+    let (_, again) = recover(&env);
+    assert_eq!(again, v);
+}
