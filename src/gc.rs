@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use crate::config::Config;
 use crate::fs_util::{self, FsError};
 use crate::hash::ContentHash;
+use crate::ledger::Tail;
 use crate::record::{ActionStatus, ActionType, Body, Record};
 use crate::retention::{Needed, needed};
 pub use crate::retention::{horizon, unknown_id};
@@ -246,27 +247,31 @@ fn ledger_cut(
 }
 
 /// Takes the records up to `cut` out of the ledger (see
-/// [`crate::ledger::LedgerLock::compact`]); `end`, where that record ends,
-/// is found by a read when not known. Returns the bytes taken out (0 when
+/// [`crate::ledger::LedgerLock::compact`]); `at`, where that record ends
+/// and the last record read, is found by a read when not known. The
+/// records kept are copied before the writer lock is taken, so hooks wait
+/// only for what was appended since. Returns the bytes taken out (0 when
 /// the ledger already starts after it).
 fn cut_ledger(
     ws: &Workspace,
     cut: &crate::ledger::Cut,
-    end: Option<u64>,
+    at: Option<(u64, Tail)>,
 ) -> Result<u64, WorkspaceError> {
-    let end = match end {
-        Some(e) => e,
+    let (end, upto) = match at {
+        Some(a) => a,
         None => {
             let (read, ends) = ws.ledger().read_with_ends()?;
             match read.records.iter().position(|r| r.seq == cut.seq) {
-                Some(i) => ends[i],
+                Some(i) => (ends[i], read.tail),
                 None => return Ok(0),
             }
         }
     };
+    let pre = ws.ledger().precopy(end, &upto)?;
+    crate::failpoint::hit("gc.after_precopy").map_err(|e| FsError::new("gc", "ledger.jsonl", e))?;
     let mut lock = ws.ledger().lock()?;
     crate::failpoint::hit("gc.before_cut").map_err(|e| FsError::new("gc", "ledger.jsonl", e))?;
-    Ok(lock.compact(cut, end)?)
+    Ok(lock.compact(cut, end, pre)?)
 }
 
 /// Removes the files of the checkpoints whose record a cut up to
@@ -712,7 +717,12 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
             hash: c.hash.clone(),
             action: action.clone(),
         };
-        outcome["ledger_bytes"] = json!(cut_ledger(ws, &at, Some(c.end))?);
+        let last = Tail {
+            seq: records.last().map_or(0, |r| r.seq),
+            hash: records.last().map(|r| r.hash.clone()),
+            end: ends.last().copied().unwrap_or(0),
+        };
+        outcome["ledger_bytes"] = json!(cut_ledger(ws, &at, Some((c.end, last)))?);
         report.checkpoint_files = drop_checkpoint_files(ws, c.seq)?;
         outcome["checkpoint_files"] = json!(report.checkpoint_files);
     }

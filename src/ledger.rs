@@ -747,6 +747,40 @@ impl Ledger {
         self.lock_timeout = t;
     }
 
+    /// Copies the records from byte `end` (where a cut record ends) up to
+    /// `upto` (a record a read returned) to gc's temporary file and syncs
+    /// it, without the writer lock: the long part of a cut, done while
+    /// hooks go on appending. `None` when the ledger no longer holds
+    /// `upto` there ([`LedgerLock::compact`] then copies everything).
+    pub fn precopy(&self, end: u64, upto: &Tail) -> Result<Option<Precopy>, LedgerError> {
+        let Some(file) = self.open_for_read()? else {
+            return Ok(None);
+        };
+        if upto.end < end || !ends_at(&file, upto)? {
+            return Ok(None);
+        }
+        let st = crate::sys::fstat(&file).map_err(|e| io_err("stat", e))?;
+        let rt = self.rt.as_fd();
+        let copy = (|| -> io::Result<File> {
+            let mut out = new_compact_tmp(rt)?;
+            copy_range(&file, &mut out, end, upto.end)?;
+            self.durable.file_now(&out)?;
+            Ok(out)
+        })();
+        match copy {
+            Ok(out) => Ok(Some(Precopy {
+                file: out,
+                of: (st.dev, st.ino),
+                end,
+                upto: upto.clone(),
+            })),
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(rt, COMPACT_TMP, rustix::fs::AtFlags::empty());
+                Err(io_err("copy the records gc keeps from", e))
+            }
+        }
+    }
+
     /// Takes the writer lock, validates the tail and repairs a torn last record.
     /// Refuses ([`LedgerError::Damaged`]) a ledger known or found damaged.
     pub fn lock(&self) -> Result<LedgerLock<'_>, LedgerError> {
@@ -1557,6 +1591,40 @@ fn synced_or_flagged(ledger: &Ledger, synced: io::Result<()>) -> Result<(), Ledg
     Ok(())
 }
 
+/// Where gc builds the shortened ledger before renaming it over the whole.
+const COMPACT_TMP: &str = "ledger.jsonl.compact-tmp";
+
+/// A fresh, empty `ledger.jsonl.compact-tmp` (a crash's leftover removed).
+fn new_compact_tmp(rt: std::os::fd::BorrowedFd<'_>) -> io::Result<File> {
+    let _ = rustix::fs::unlinkat(rt, COMPACT_TMP, rustix::fs::AtFlags::empty());
+    fs_util::create_excl(rt, COMPACT_TMP.as_ref(), 0o600)
+}
+
+/// Copies bytes `[from, to)` of `src` to the end of `out`.
+fn copy_range(src: &File, out: &mut File, from: u64, to: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; (to.saturating_sub(from)).min(8 << 20) as usize];
+    let mut at = from;
+    while at < to {
+        let n = buf.len().min((to - at) as usize);
+        std::os::unix::fs::FileExt::read_exact_at(src, &mut buf[..n], at)?;
+        out.write_all(&buf[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// The records after a cut, copied and synced before gc takes the writer
+/// lock ([`Ledger::precopy`]), for [`LedgerLock::compact`].
+pub struct Precopy {
+    file: File,
+    /// The ledger file copied from (device, inode).
+    of: (u64, u64),
+    /// Where the cut record ends: the copy starts there.
+    end: u64,
+    /// The last record copied.
+    upto: Tail,
+}
+
 /// The writer lock, held until dropped. Appends made through it are durable
 /// when `append` returns.
 #[must_use = "dropping the lock releases it; append through it first"]
@@ -1627,11 +1695,18 @@ impl<'a> LedgerLock<'a> {
     /// this lock, or since only appends, returned). The cut is added to
     /// `ledger.base` and synced; then the records after it are copied to a
     /// new file, synced, renamed over the ledger, and the directory synced.
-    /// A crash leaves the whole ledger or the shortened one, and both read
-    /// (a reader that opened the whole one before the rename reads it
-    /// whole). Returns the bytes taken out: 0 when the ledger already
-    /// starts after the cut (a second run).
-    pub fn compact(&mut self, cut: &Cut, end: u64) -> Result<u64, LedgerError> {
+    /// With a [`Precopy`] of the same file (made before this lock, so that
+    /// hooks do not wait on a long copy), only what was appended since it
+    /// is copied. A crash leaves the whole ledger or the shortened one, and
+    /// both read (a reader that opened the whole one before the rename
+    /// reads it whole). Returns the bytes taken out: 0 when the ledger
+    /// already starts after the cut (a second run).
+    pub fn compact(
+        &mut self,
+        cut: &Cut,
+        end: u64,
+        pre: Option<Precopy>,
+    ) -> Result<u64, LedgerError> {
         let rt = self.ledger.rt.as_fd();
         let d = &self.ledger.durable;
         let anchor = Tail {
@@ -1657,28 +1732,32 @@ impl<'a> LedgerLock<'a> {
                 ),
             });
         }
+        // The copy made before the lock holds when it is of this very file
+        // (a repair renames a new one in), from this cut, up to a record
+        // still there: appends only add after it.
+        let pre = match pre {
+            Some(p) if p.end == end && p.upto.end <= self.tail.end => {
+                let st = crate::sys::fstat(&self.file).map_err(|e| io_err("stat", e))?;
+                ((st.dev, st.ino) == p.of && ends_at(&self.file, &p.upto)?).then_some(p)
+            }
+            _ => None,
+        };
         let cuts = read_cuts(rt).map_err(LedgerError::Damaged)?;
         add_cut(rt, d, cuts, cut)?;
         failpoint::hit("ledger.compact.after_base").map_err(|e| io_err("compact", e))?;
-        let tmp = format!("{LEDGER_FILE}.compact-tmp");
-        let _ = rustix::fs::unlinkat(rt, tmp.as_str(), rustix::fs::AtFlags::empty());
         let copied = (|| -> io::Result<()> {
-            let mut out = fs_util::create_excl(rt, tmp.as_ref(), 0o600)?;
-            let mut buf = vec![0u8; 8 << 20];
-            let mut at = end;
-            while at < self.tail.end {
-                let n = buf.len().min((self.tail.end - at) as usize);
-                std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut buf[..n], at)?;
-                out.write_all(&buf[..n])?;
-                at += n as u64;
-            }
+            let (mut out, from) = match pre {
+                Some(p) => (p.file, p.upto.end),
+                None => (new_compact_tmp(rt)?, end),
+            };
+            copy_range(&self.file, &mut out, from, self.tail.end)?;
             d.file_now(&out)?;
             failpoint::hit("ledger.compact.before_rename")?;
-            rustix::fs::renameat(rt, tmp.as_str(), rt, LEDGER_FILE)?;
+            rustix::fs::renameat(rt, COMPACT_TMP, rt, LEDGER_FILE)?;
             d.dir_now(rt)
         })();
         if let Err(e) = copied {
-            let _ = rustix::fs::unlinkat(rt, tmp.as_str(), rustix::fs::AtFlags::empty());
+            let _ = rustix::fs::unlinkat(rt, COMPACT_TMP, rustix::fs::AtFlags::empty());
             return Err(io_err("compact", e));
         }
         self.reopen()?;

@@ -861,3 +861,46 @@ fn a_lost_or_garbled_ledger_base_is_refused_then_repair_records_the_cut_again() 
         the_kept_one_restores(&env, &clock, &c1);
     }
 }
+
+/// gc copies the records it keeps before it takes the ledger's lock (a
+/// long copy must not make hooks wait past their lock timeout); calls
+/// recorded meanwhile are copied under the lock, so none is lost.
+#[test]
+fn calls_recorded_while_gc_copies_the_ledger_are_kept() {
+    let env = TestEnv::init();
+    let clock = Clock::new();
+    let (c0, c1, _) = two_turns(&env, &clock);
+    let mut gc = env.command(&["gc", "--keep", "1", "--json"]);
+    gc.env("CKPT_TIMESTAMP", clock.at(20))
+        .env("CKPT_ID_SEED", clock.id_seed(20))
+        .env("CKPT_FAILPOINTS", "gc.after_precopy=sleep(1500)")
+        .stdout(std::process::Stdio::piped());
+    let child = gc.spawn().unwrap();
+    // Until the copy is on disk, then two calls during gc's pause.
+    let tmp = env.rt().join("ledger.jsonl.compact-tmp");
+    let start = std::time::Instant::now();
+    while !tmp.exists() && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(tmp.exists(), "gc made no copy before its lock");
+    exec(&env, &clock, 20, "echo during > during.txt");
+    exec(&env, &clock, 20, "echo four > a.txt");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["ledger_cut_seq"].as_u64().is_some(), "{r}");
+    assert_eq!(ids(&r["collected_checkpoints"]), vec![c0]);
+    verify_ok(&env);
+    let log = env.ckpt(&["log"]).stdout;
+    assert!(log.contains("create during.txt"), "{log}");
+    // Both calls undo: the ledger holds them whole.
+    let rb = at(&env, &clock, 21, &["rollback", "--last", "2"]);
+    assert_eq!(rb.code, 0, "{}", rb.stderr);
+    assert!(!env.ws.join("during.txt").exists());
+    assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"three\n");
+    the_kept_one_restores(&env, &clock, &c1);
+}
