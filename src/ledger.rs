@@ -763,7 +763,7 @@ impl Ledger {
         let rt = self.rt.as_fd();
         let copy = (|| -> io::Result<File> {
             let mut out = new_compact_tmp(rt)?;
-            copy_range(&file, &mut out, end, upto.end)?;
+            copy_range(&file, &mut out, end, upto.end, self.progress)?;
             self.durable.file_now(&out)?;
             Ok(out)
         })();
@@ -1600,8 +1600,15 @@ fn new_compact_tmp(rt: std::os::fd::BorrowedFd<'_>) -> io::Result<File> {
     fs_util::create_excl(rt, COMPACT_TMP.as_ref(), 0o600)
 }
 
-/// Copies bytes `[from, to)` of `src` to the end of `out`.
-fn copy_range(src: &File, out: &mut File, from: u64, to: u64) -> io::Result<()> {
+/// Copies bytes `[from, to)` of `src` to the end of `out`, telling
+/// `progress` how far it got.
+fn copy_range(
+    src: &File,
+    out: &mut File,
+    from: u64,
+    to: u64,
+    progress: Option<crate::progress::Sink>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; (to.saturating_sub(from)).min(8 << 20) as usize];
     let mut at = from;
     while at < to {
@@ -1609,6 +1616,13 @@ fn copy_range(src: &File, out: &mut File, from: u64, to: u64) -> io::Result<()> 
         std::os::unix::fs::FileExt::read_exact_at(src, &mut buf[..n], at)?;
         out.write_all(&buf[..n])?;
         at += n as u64;
+        crate::progress::report(
+            progress,
+            "copying the records gc keeps",
+            at - from,
+            to - from,
+            crate::progress::Unit::Bytes,
+        );
     }
     Ok(())
 }
@@ -1750,7 +1764,7 @@ impl<'a> LedgerLock<'a> {
                 Some(p) => (p.file, p.upto.end),
                 None => (new_compact_tmp(rt)?, end),
             };
-            copy_range(&self.file, &mut out, from, self.tail.end)?;
+            copy_range(&self.file, &mut out, from, self.tail.end, None)?;
             d.file_now(&out)?;
             failpoint::hit("ledger.compact.before_rename")?;
             rustix::fs::renameat(rt, COMPACT_TMP, rt, LEDGER_FILE)?;

@@ -591,3 +591,38 @@ fn codex_hooks_are_trusted_only_with_consent_and_the_gap_is_said() {
     assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
     assert_eq!(env.ckpt(&["init", "--hooks", "claude", "--trust"]).code, 2);
 }
+
+#[test]
+fn status_names_a_files_newest_calls_and_counts_the_earlier_ones() {
+    let env = TestEnv::init();
+    for i in 0..6 {
+        let r = env.ckpt(&[
+            "exec",
+            "--call",
+            &format!("c{i}"),
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {i} >> a.txt; echo {i} > b{}.txt", i / 4),
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let s = env.ckpt(&["status"]).stdout;
+    assert!(
+        s.contains("  A  a.txt  by 3 earlier calls, then c3, c4, c5\n"),
+        "{s}"
+    );
+    // Four or fewer are all named.
+    assert!(s.contains("  A  b0.txt  by c0, c1, c2, c3\n"), "{s}");
+    let j = env.ckpt(&["status", "--json"]).json();
+    let a = j["agent_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "a.txt")
+        .unwrap();
+    assert_eq!(
+        a["calls"],
+        serde_json::json!(["c0", "c1", "c2", "c3", "c4", "c5"])
+    );
+}

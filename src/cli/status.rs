@@ -20,6 +20,9 @@ use super::{Ctx, Ui};
 #[derive(clap::Args, Debug)]
 pub struct Args {}
 
+/// How many of a file's calls a line names (the newest).
+const SHOWN_CALLS: usize = 3;
+
 /// The letter for what the agent did to `f`'s path, as the rollback would
 /// take it back (for a conflict, from the conflict's base and agent sides).
 fn letter(f: &PlannedFile, report: &RollbackReport) -> &'static str {
@@ -197,10 +200,17 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
                 Some("failed") => "  (a rollback could not take this back now)",
                 _ => "",
             };
-            ui.line(&format!(
-                "  {}  {path}  by {}{mark}",
-                f["status"].as_str().unwrap_or("?"),
+            // Oldest first; a file a long session edited hundreds of times
+            // names the newest few (`--json` lists every call).
+            let by = if calls.len() > SHOWN_CALLS + 1 {
+                let older = calls.len() - SHOWN_CALLS;
+                format!("{older} earlier calls, then {}", calls[older..].join(", "))
+            } else {
                 calls.join(", ")
+            };
+            ui.line(&format!(
+                "  {}  {path}  by {by}{mark}",
+                f["status"].as_str().unwrap_or("?"),
             ))?;
         }
     }
