@@ -104,6 +104,19 @@ pub struct GcReport {
     pub ledger_cut_seq: Option<u64>,
     /// Checkpoint files removed with the records they anchor.
     pub checkpoint_files: u64,
+    /// When something held the ledger's cut before the horizon: the seq
+    /// the ledger keeps its records from, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_held: Option<LedgerHeld>,
+}
+
+/// What keeps the ledger's older records in it (see [`GcReport`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct LedgerHeld {
+    /// The first record that stays because of it.
+    pub from_seq: u64,
+    /// Why, for the user.
+    pub by: String,
 }
 
 impl GcReport {
@@ -129,9 +142,18 @@ struct LedgerCut {
 /// action, conflict or session (restoring a session walks its entries from
 /// the first), and before every record of anything open (a call in doubt,
 /// an unfinished action, a pending conflict). `None` when nothing can go.
-fn cut_point(records: &[Record], horizon: u64, backup_cutoff: u64) -> Option<u64> {
-    let first = records.first()?.seq;
+/// With it, what held the cut before the horizon, if anything did: the
+/// seq the ledger keeps from and why, for the user.
+fn cut_point(
+    records: &[Record],
+    horizon: u64,
+    backup_cutoff: u64,
+) -> (Option<u64>, Option<(u64, String)>) {
+    let Some(first) = records.first().map(|r| r.seq) else {
+        return (None, None);
+    };
     let mut c = horizon;
+    let mut held = None;
     // (The user versions kept for `keep_days` are named by these records.)
     if let Some(young) = records.iter().find(|r| {
         let backup = match &r.body {
@@ -140,11 +162,17 @@ fn cut_point(records: &[Record], horizon: u64, backup_cutoff: u64) -> Option<u64
             _ => false,
         };
         backup && crate::ids::parse_rfc3339(&r.ts).is_none_or(|t| t >= backup_cutoff)
-    }) {
-        c = c.min(young.seq.saturating_sub(1));
+    }) && young.seq <= c
+    {
+        c = young.seq.saturating_sub(1);
+        held = Some((
+            young.seq,
+            "a version of yours a rollback or conflict stored there is kept for `keep_days`"
+                .to_string(),
+        ));
     }
     if c < first {
-        return None;
+        return (None, held);
     }
     const CALL: u8 = 0;
     const CONFLICT: u8 = 1;
@@ -199,39 +227,52 @@ fn cut_point(records: &[Record], horizon: u64, backup_cutoff: u64) -> Option<u64
     }
     // Cutting after seq x splits a span (s, e) when s <= x < e: the bad
     // positions, merged, and the last good one at or before `c`.
-    let mut bad: Vec<(u64, u64)> = spans
-        .values()
-        .filter(|(s, e)| *s <= c && e > s)
-        .map(|&(s, e)| (s, e - 1))
+    let mut bad: Vec<(u64, u64, (u8, &str))> = spans
+        .iter()
+        .filter(|(_, (s, e))| *s <= c && e > s)
+        .map(|(k, &(s, e))| (s, e - 1, *k))
         .collect();
     bad.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in bad {
+    // Each merged range with the span that reaches furthest in it.
+    let mut merged: Vec<(u64, u64, (u8, &str))> = Vec::new();
+    for (s, e, k) in bad {
         match merged.last_mut() {
-            Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
+            Some(last) if s <= last.1.saturating_add(1) => {
+                if e > last.1 {
+                    last.1 = e;
+                    last.2 = k;
+                }
+            }
+            _ => merged.push((s, e, k)),
         }
     }
-    if let Some(&(s, e)) = merged.last()
+    if let Some(&(s, e, (kind, id))) = merged.last()
         && s <= c
         && c <= e
     {
         c = s - 1;
+        // (An open span ends at u64::MAX, its last bad position one before.)
+        let open = e == u64::MAX - 1;
+        let why = match (kind, open) {
+            (CONFLICT, true) => format!("conflict {id} is open (`ckpt resolve`)"),
+            (CONFLICT, false) => {
+                format!("conflict {id} began before the horizon and was settled after it")
+            }
+            (SESSION, _) => format!("session {id} has entries on both sides of the horizon"),
+            (_, true) => format!("{id} is in doubt or unfinished (`ckpt recover`)"),
+            (_, false) => format!("{id} began before the horizon and ended after it"),
+        };
+        held = Some((s, why));
     }
-    (c >= first).then_some(c)
+    ((c >= first).then_some(c), held)
 }
 
-/// The cut this run makes, if any: at [`cut_point`], when what goes is a
+/// The cut this run makes, if any: at `point` ([`cut_point`]), when what goes is a
 /// fifth of the ledger or more (each cut copies the rest of the ledger)
 /// and is more than earlier gc runs' own records (else each gc would take
 /// out the one before it, and a second gc would never find nothing to do).
-fn ledger_cut(
-    records: &[Record],
-    ends: &[u64],
-    horizon: u64,
-    backup_cutoff: u64,
-) -> Option<LedgerCut> {
-    let seq = cut_point(records, horizon, backup_cutoff)?;
+fn ledger_cut(records: &[Record], ends: &[u64], point: Option<u64>) -> Option<LedgerCut> {
+    let seq = point?;
     let i = usize::try_from(seq - records.first()?.seq).ok()?;
     let (r, end) = (records.get(i)?, *ends.get(i)?);
     let total = *ends.last()?;
@@ -653,6 +694,7 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
     };
     let (horizon, kept, collected) = choose(&records, keep, older, now);
     let backup_cutoff = now.saturating_sub(cfg.keep_days.saturating_mul(DAY_MS));
+    let (point, held) = cut_point(&records, horizon, backup_cutoff);
     let mut report = GcReport {
         action: None,
         dry_run: opts.dry_run,
@@ -667,13 +709,14 @@ pub fn gc(ws: &Workspace, cfg: &Config, opts: &GcOptions) -> Result<GcReport, Wo
         ledger_bytes: 0,
         ledger_cut_seq: None,
         checkpoint_files: 0,
+        ledger_held: held.map(|(from_seq, by)| LedgerHeld { from_seq, by }),
     };
     let plan = plan_with(ws, &records, horizon, backup_cutoff, now, current)?;
     report.blobs = plan.blobs;
     report.patches = plan.patches;
     report.outputs = plan.outputs;
     report.kept_blobs = plan.kept_blobs;
-    let cut = ledger_cut(&records, &ends, horizon, backup_cutoff);
+    let cut = ledger_cut(&records, &ends, point);
     if let Some(c) = &cut {
         report.ledger_records = c.records;
         report.ledger_bytes = c.end;

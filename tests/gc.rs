@@ -303,6 +303,7 @@ fn history_gc_took_out_of_the_ledger_is_refused_by_name_and_verify_says_where_it
     let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
     let cut = r["ledger_cut_seq"].as_u64().expect("gc cut the ledger");
     assert!(r["ledger_records"].as_u64().unwrap() >= 7, "{r}");
+    assert!(r["ledger_held"].is_null(), "nothing held the cut: {r}");
     assert_eq!(r["checkpoint_files"], 1, "c0's file went with its record");
     let gone = format!("`ckpt gc` took it out with the history up to seq {cut}");
     let rb = at(&env, &clock, 21, &["rollback", "--to", &c0]);
@@ -361,6 +362,23 @@ fn a_call_in_doubt_holds_the_ledger_whole_and_collected_history_is_refused_by_na
     let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
     assert_eq!(r["ledger_records"], 0, "{r}");
     assert!(r["ledger_cut_seq"].is_null(), "{r}");
+    // gc says what holds the ledger whole.
+    assert_eq!(r["ledger_held"]["from_seq"], 1, "{r}");
+    assert!(
+        r["ledger_held"]["by"]
+            .as_str()
+            .unwrap()
+            .contains("call-generic-write-1 is in doubt or unfinished (`ckpt recover`)"),
+        "{r}"
+    );
+    let again = at(&env, &clock, 20, &["gc", "--keep", "1", "--dry-run"]);
+    assert!(
+        again.stdout.contains(
+            "the ledger keeps its records from seq 1 on: call-generic-write-1 is in doubt"
+        ),
+        "{}",
+        again.stdout
+    );
     let rb = at(&env, &clock, 21, &["rollback", "--to", &c0]);
     assert_eq!(rb.code, 1);
     assert!(

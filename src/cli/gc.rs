@@ -158,6 +158,12 @@ fn render(ui: &mut Ui, r: &GcReport) -> Result<(), CommandError> {
             shorten(&r.collected_checkpoints)
         ))?;
     }
+    if let Some(h) = &r.ledger_held {
+        ui.line(&format!(
+            "  the ledger keeps its records from seq {} on: {}",
+            h.from_seq, h.by
+        ))?;
+    }
     ui.line(&format!(
         "  kept: {} stored contents ({}) that kept history, open conflicts, calls in doubt, unfinished actions, the tree's snapshots or your recent versions need",
         r.kept_blobs.files,
