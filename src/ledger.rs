@@ -128,6 +128,15 @@ pub(crate) fn add_cut(
         return Ok(());
     }
     cuts.push(cut.clone());
+    write_cuts(rt, d, cuts)
+}
+
+/// Writes `ledger.base` as `cuts`, synced.
+pub(crate) fn write_cuts(
+    rt: BorrowedFd<'_>,
+    d: &Durable,
+    cuts: Vec<Cut>,
+) -> Result<(), LedgerError> {
     let mut text = serde_json::to_vec(&BaseFile { v: 1, cuts })
         .map_err(|e| io_err_named(BASE_FILE, "write", io::Error::other(e)))?;
     text.push(b'\n');
@@ -143,50 +152,86 @@ pub(crate) fn add_cut(
     .map_err(|e| io_err_named(BASE_FILE, "write", e))
 }
 
-/// Where `ckpt repair` rebuilds the ledger `bytes` from: the newest cut
-/// before its first whole record, as `ledger.base` records it, or (that
-/// file missing or unreadable) as a gc record's plan in `bytes` names it
-/// (`ledger_cut`), then returned to be recorded again; the very start
-/// when no cut is known (each missing seq then gets a stand-in).
-pub fn rebuild_start(rt: BorrowedFd<'_>, bytes: &[u8]) -> (Tail, Option<Cut>) {
-    let lines = || {
-        bytes
-            .split(|&b| b == b'\n')
-            .filter_map(|l| check_line(l).ok().map(|c| (l, c)))
+/// Whether `r` is the plan of the gc action that made `cut`: the record
+/// that accounts for a cut (it follows the cut, so it is in the ledger the
+/// cut left, unless a later cut took it).
+pub fn plans_cut(r: &Record, cut: &Cut) -> bool {
+    let Body::Action(a) = &r.body else {
+        return false;
     };
-    let Some(first) = lines().next().map(|(_, c)| c.seq()) else {
-        return (Tail::default(), None);
-    };
-    let best =
-        |cuts: &mut dyn Iterator<Item = Cut>| cuts.filter(|c| c.seq < first).max_by_key(|c| c.seq);
-    let (cut, restore) = match best(&mut read_cuts(rt).unwrap_or_default().into_iter()) {
-        Some(c) => (Some(c), false),
-        None => {
-            let mut named = lines().filter_map(|(l, c)| {
-                let r = to_record(l, &c).ok()?;
-                let Body::Action(a) = r.body else { return None };
-                let at = a.plan?.get("ledger_cut")?.clone();
-                let seq = at.get("seq")?.as_u64()?;
-                let hash = at.get("hash")?.as_str()?.to_string();
-                Some(Cut {
-                    seq,
-                    hash,
-                    action: a.action,
-                })
+    a.action == cut.action
+        && cut_of_plan(a.plan.as_ref()).is_some_and(|(s, h)| s == cut.seq && h == cut.hash)
+}
+
+/// The `ledger_cut` (seq, hash) a gc plan names.
+fn cut_of_plan(plan: Option<&serde_json::Value>) -> Option<(u64, String)> {
+    let at = plan?.get("ledger_cut")?;
+    Some((
+        at.get("seq")?.as_u64()?,
+        at.get("hash")?.as_str()?.to_string(),
+    ))
+}
+
+/// The cuts gc records in `bytes` planned.
+fn planned_cuts(bytes: &[u8]) -> (Option<u64>, Vec<Cut>) {
+    let mut first = None;
+    let mut cuts = Vec::new();
+    for l in bytes.split(|&b| b == b'\n') {
+        let Ok(c) = check_line(l) else { continue };
+        first.get_or_insert(c.seq());
+        let Ok(r) = to_record(l, &c) else { continue };
+        if let Body::Action(a) = r.body
+            && let Some((seq, hash)) = cut_of_plan(a.plan.as_ref())
+        {
+            cuts.push(Cut {
+                seq,
+                hash,
+                action: a.action,
             });
-            (best(&mut named), true)
         }
+    }
+    (first, cuts)
+}
+
+/// Where `ckpt repair` rebuilds the ledger `bytes` from: the newest cut
+/// before its first whole record that a gc record in `bytes` planned
+/// (returned as well when `ledger.base` lacks it, to be recorded again);
+/// the very start when there is none (each missing seq then gets a
+/// stand-in). A cut `ledger.base` alone names is not taken on its word:
+/// records removed by hand behind a cut written by hand read as lost.
+/// The third value: the base's cuts after the start that no record
+/// planned, to be taken out of it.
+pub fn rebuild_start(rt: BorrowedFd<'_>, bytes: &[u8]) -> (Tail, Option<Cut>, Vec<Cut>) {
+    let (first, planned) = planned_cuts(bytes);
+    let Some(first) = first else {
+        return (Tail::default(), None, Vec::new());
     };
-    match cut {
-        Some(c) => (
-            Tail {
-                seq: c.seq,
-                hash: Some(c.hash.clone()),
-                end: 0,
-            },
-            restore.then_some(c),
-        ),
-        None => (Tail::default(), None),
+    let base = read_cuts(rt).unwrap_or_default();
+    let newest = planned
+        .iter()
+        .filter(|c| c.seq < first)
+        .max_by_key(|c| c.seq)
+        .cloned();
+    let start = newest.as_ref().map_or(0, |c| c.seq);
+    let unplanned = base
+        .iter()
+        .filter(|c| c.seq > start && !planned.contains(c))
+        .cloned()
+        .collect();
+    match newest {
+        Some(c) => {
+            let restore = !base.contains(&c);
+            (
+                Tail {
+                    seq: c.seq,
+                    hash: Some(c.hash.clone()),
+                    end: 0,
+                },
+                restore.then_some(c),
+                unplanned,
+            )
+        }
+        None => (Tail::default(), None, unplanned),
     }
 }
 

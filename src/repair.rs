@@ -58,6 +58,10 @@ pub struct RepairReport {
     /// had lost that cut and it was recorded again from the gc's record.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_restored: Option<u64>,
+    /// Cuts `ledger.base` named that no gc record planned (written by
+    /// hand), taken out of it: the records they hid read as lost.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub base_dropped: Vec<u64>,
 }
 
 fn io(op: &'static str, what: &str, e: std::io::Error) -> WorkspaceError {
@@ -86,7 +90,7 @@ impl Workspace {
         let digest = crate::ContentHash::of(&bytes).hex();
         let backup = format!("{DAMAGED_DIR}/ledger-{}.jsonl", &digest[..16]);
         // A ledger `ckpt gc` shortened is rebuilt from its cut.
-        let (start, lost_base) = ledger::rebuild_start(rt.as_fd(), &bytes);
+        let (start, lost_base, unplanned) = ledger::rebuild_start(rt.as_fd(), &bytes);
         let rebuilt = ledger::rebuild(&bytes, &start, head.as_ref(), &backup)?;
         let mut report = RepairReport {
             kept: rebuilt.kept,
@@ -115,11 +119,13 @@ impl Workspace {
         report.checkpoints = reanchor.iter().map(|(f, _)| f.checkpoint.clone()).collect();
         let head_missing = head_state == HeadState::Absent && rebuilt.tail.seq > 0;
         report.base_restored = lost_base.as_ref().map(|c| c.seq);
+        report.base_dropped = unplanned.iter().map(|c| c.seq).collect();
         report.needed = rebuilt.changed
             || !reanchor.is_empty()
             || head_missing
             || report.marked.is_some()
-            || lost_base.is_some();
+            || lost_base.is_some()
+            || !unplanned.is_empty();
         if rebuilt.changed {
             report.backup = Some(backup.clone());
         }
@@ -195,30 +201,29 @@ impl Workspace {
         self.sync_all()?;
         crate::failpoint::hit("repair.before_replace")
             .map_err(|e| io("repair", ledger::LEDGER_FILE, e))?;
-        // The cut gc made, recorded again (a garbled `ledger.base` kept).
-        if let Some(cut) = &lost_base {
-            let cuts = match ledger::read_cuts(rt.as_fd()) {
-                Ok(c) => c,
-                Err(_) => {
-                    if let Ok((mut f, size)) =
-                        fs_util::open_regular_at_sized(rt.as_fd(), ledger::BASE_FILE.as_ref())
-                        && let Ok(old) = fs_util::read_to_end_sized(&mut f, size)
-                    {
-                        let name =
-                            format!("ledger.base-{}", &crate::ContentHash::of(&old).hex()[..16]);
-                        let _ = fs_util::write_atomic(
-                            damaged.as_fd(),
-                            name.as_ref(),
-                            &old,
-                            0o600,
-                            true,
-                            Keep::Named(d),
-                        );
-                    }
-                    Vec::new()
-                }
-            };
-            ledger::add_cut(rt.as_fd(), d, cuts, cut)?;
+        // The cut gc made, recorded again, and cuts no gc planned taken
+        // out (the old `ledger.base` kept in damaged/).
+        if lost_base.is_some() || !unplanned.is_empty() {
+            let read = ledger::read_cuts(rt.as_fd());
+            if (read.is_err() || !unplanned.is_empty())
+                && let Ok((mut f, size)) =
+                    fs_util::open_regular_at_sized(rt.as_fd(), ledger::BASE_FILE.as_ref())
+                && let Ok(old) = fs_util::read_to_end_sized(&mut f, size)
+            {
+                let name = format!("ledger.base-{}", &crate::ContentHash::of(&old).hex()[..16]);
+                let _ = fs_util::write_atomic(
+                    damaged.as_fd(),
+                    name.as_ref(),
+                    &old,
+                    0o600,
+                    true,
+                    Keep::Named(d),
+                );
+            }
+            let mut cuts = read.unwrap_or_default();
+            cuts.retain(|c| !unplanned.contains(c));
+            cuts.extend(lost_base.clone());
+            ledger::write_cuts(rt.as_fd(), d, cuts)?;
         }
         // 3. The rebuilt ledger (or, unchanged, a head anchor again).
         if rebuilt.changed || head_missing {

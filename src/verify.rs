@@ -236,10 +236,24 @@ impl Workspace {
                 problem: format!("{why}; the ledger is whole, so nothing depends on it"),
             }),
             Ok(cuts) => {
-                cut_before = cuts
-                    .iter()
-                    .find(|c| c.seq + 1 == first)
-                    .map(|c| (c.seq, c.hash.clone()));
+                let linked = cuts.iter().find(|c| c.seq + 1 == first);
+                cut_before = linked.map(|c| (c.seq, c.hash.clone()));
+                // The gc that made the cut the ledger starts after planned
+                // it in a record still in the ledger (its plan follows the
+                // cut): a base written by hand over records removed by hand
+                // has none.
+                if let Some(c) = linked.filter(|_| ledger_starts_at.is_some())
+                    && !read.records.iter().any(|r| crate::ledger::plans_cut(r, c))
+                {
+                    problems.push(Problem {
+                        seq: Some(first),
+                        path: Some(crate::ledger::BASE_FILE.into()),
+                        problem: format!(
+                            "the ledger starts at seq {first} after a cut `ledger.base` gives to gc action {}, but no gc record in the ledger planned that cut: the records before seq {first} were removed by something other than `ckpt gc`",
+                            c.action
+                        ),
+                    });
+                }
                 for c in cuts.iter().filter(|c| c.seq >= first) {
                     let at = usize::try_from(c.seq - first)
                         .ok()

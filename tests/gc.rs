@@ -922,3 +922,52 @@ fn calls_recorded_while_gc_copies_the_ledger_are_kept() {
     assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"three\n");
     the_kept_one_restores(&env, &clock, &c1);
 }
+
+/// `ledger.base` is not taken on its word: records removed from the
+/// ledger's start by hand, with a cut written to match, are found by
+/// `verify` (no gc record in the ledger planned that cut).
+#[test]
+fn records_removed_by_hand_behind_a_forged_cut_fail_verify_and_repair_counts_them_lost() {
+    let env = TestEnv::init();
+    let clock = Clock::new();
+    let (c0, c1, _) = two_turns(&env, &clock);
+    let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
+    let action = r["action"].as_str().unwrap().to_string();
+    verify_ok(&env);
+    // Two more records go, and the base is rewritten to account for them.
+    let ledger = env.ledger_path();
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let first: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+    let (seq, prev) = (
+        first["seq"].as_u64().unwrap(),
+        first["prev"].as_str().unwrap(),
+    );
+    std::fs::write(&ledger, format!("{}\n", lines[2..].join("\n"))).unwrap();
+    let base =
+        serde_json::json!({"v": 1, "cuts": [{"seq": seq - 1, "hash": prev, "action": action}]});
+    std::fs::write(env.rt().join("ledger.base"), format!("{base}\n")).unwrap();
+    let v = env.ckpt(&["verify"]);
+    assert_eq!(v.code, 4, "{}", v.stdout);
+    assert!(
+        v.stdout.contains(&format!(
+            "the ledger starts at seq {seq} after a cut `ledger.base` gives to gc action {action}, but no gc record in the ledger planned that cut"
+        )),
+        "{}",
+        v.stdout
+    );
+    // repair does not take the cut on its word either: the records it hid
+    // count as lost (a stand-in each), and the workspace works again.
+    let rep = env.ckpt(&["repair", "--json"]);
+    assert_eq!(rep.code, 0, "{}{}", rep.stdout, rep.stderr);
+    let rep = rep.json();
+    assert_eq!(rep["base_dropped"], serde_json::json!([seq - 1]), "{rep}");
+    assert_eq!(rep["lost"], serde_json::json!([seq - 2, seq - 1]), "{rep}");
+    verify_ok(&env);
+    // c1's record was among those removed; the last call's patch was not.
+    let rb = at(&env, &clock, 21, &["rollback", "--to", &c1]);
+    assert_eq!(rb.code, 1, "{}", rb.stderr);
+    let rb = at(&env, &clock, 21, &["rollback", "--last", "1"]);
+    assert_eq!(rb.code, 0, "{}", rb.stderr);
+    assert_eq!(std::fs::read(env.ws.join("a.txt")).unwrap(), b"two\n");
+}

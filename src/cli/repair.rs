@@ -48,6 +48,12 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
                 }
             ))?;
         }
+        for seq in &r.base_dropped {
+            ui.line(&format!(
+                "  ledger.base: a cut after seq {seq} that no `ckpt gc` planned {} (the records it hid count as lost)",
+                if args.dry_run { "would be taken out" } else { "taken out" }
+            ))?;
+        }
         if let Some(b) = &r.backup {
             ui.line(&format!(
                 "  the old ledger, whole ({} bytes in no kept record), {verb} go to .agent-runtime/{b}",

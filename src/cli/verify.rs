@@ -29,7 +29,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
                 report.collected
             ));
         }
-        if let Some(seq) = report.ledger_starts_at {
+        if let Some(seq) = report.ledger_starts_at.filter(|_| report.ok) {
             summary.push_str(&format!(
                 "; the records before seq {seq} were taken out of the ledger by `ckpt gc` (by design)"
             ));
