@@ -163,6 +163,17 @@ pub fn plans_cut(r: &Record, cut: &Cut) -> bool {
         && cut_of_plan(a.plan.as_ref()).is_some_and(|(s, h)| s == cut.seq && h == cut.hash)
 }
 
+/// What is wrong when the ledger starts after `cut` and no gc record in
+/// it planned that cut.
+pub fn unplanned_cut(cut: &Cut) -> String {
+    format!(
+        "the ledger starts at seq {} after a cut `ledger.base` gives to gc action {}, but no gc record in the ledger planned that cut: the records before seq {} were removed by something other than `ckpt gc`",
+        cut.seq + 1,
+        cut.action,
+        cut.seq + 1
+    )
+}
+
 /// The `ledger_cut` (seq, hash) a gc plan names.
 fn cut_of_plan(plan: Option<&serde_json::Value>) -> Option<(u64, String)> {
     let at = plan?.get("ledger_cut")?;
@@ -238,46 +249,51 @@ pub fn rebuild_start(rt: BorrowedFd<'_>, bytes: &[u8]) -> (Tail, Option<Cut>, Ve
 /// Where a read of the whole file `file` starts: after the recorded cut
 /// its first record links to, else at the very start (a first record that
 /// is not seq 1 then reads as damage at seq 1).
-fn start_of(rt: BorrowedFd<'_>, file: &File) -> Tail {
+fn start_of(rt: BorrowedFd<'_>, file: &File) -> (Tail, Option<Cut>) {
     let mut buf = vec![0u8; 4096];
     let mut filled = 0;
     let first = loop {
         let n = match std::os::unix::fs::FileExt::read_at(file, &mut buf[filled..], filled as u64) {
             Ok(n) => n,
-            Err(_) => return Tail::default(),
+            Err(_) => return (Tail::default(), None),
         };
         filled += n;
         if let Some(i) = memchr::memchr(b'\n', &buf[..filled]) {
             break i;
         }
         if n == 0 || filled > MAX_LINE {
-            return Tail::default();
+            return (Tail::default(), None);
         }
         if filled == buf.len() {
             buf.resize(buf.len() * 4, 0);
         }
     };
     let Ok(c) = check_line(&buf[..first]) else {
-        return Tail::default();
+        return (Tail::default(), None);
     };
     if c.seq() <= 1 {
-        return Tail::default();
+        return (Tail::default(), None);
     }
-    from_cut(rt, c.seq(), c.prev()).unwrap_or_default()
+    match from_cut(rt, c.seq(), c.prev()) {
+        Some(cut) => (
+            Tail {
+                seq: cut.seq,
+                hash: Some(cut.hash.clone()),
+                end: 0,
+            },
+            Some(cut),
+        ),
+        None => (Tail::default(), None),
+    }
 }
 
 /// The position a first record `seq` with `prev` continues from, when a
 /// recorded cut accounts for the records before it.
-fn from_cut(rt: BorrowedFd<'_>, seq: u64, prev: Option<&str>) -> Option<Tail> {
-    let cuts = read_cuts(rt).ok()?;
-    let cut = cuts
-        .iter()
-        .find(|c| c.seq + 1 == seq && Some(c.hash.as_str()) == prev)?;
-    Some(Tail {
-        seq: cut.seq,
-        hash: Some(cut.hash.clone()),
-        end: 0,
-    })
+fn from_cut(rt: BorrowedFd<'_>, seq: u64, prev: Option<&str>) -> Option<Cut> {
+    read_cuts(rt)
+        .ok()?
+        .into_iter()
+        .find(|c| c.seq + 1 == seq && Some(c.hash.as_str()) == prev)
 }
 
 const HASH_SUFFIX_PREFIX: &[u8] = b",\"hash\":\"sha256:";
@@ -622,6 +638,10 @@ pub struct LedgerRead {
     pub torn: Option<TornTail>,
     /// Damage before the tail, if any.
     pub corruption: Option<Corruption>,
+    /// The cut `ckpt gc` recorded that a whole read started after (the
+    /// ledger's first record links to it); `None` for a whole ledger and
+    /// for reads from a position.
+    pub cut: Option<Cut>,
 }
 
 /// A record with its line as stored (without the `\n`).
@@ -1083,8 +1103,10 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok((LedgerRead::default(), Vec::new()));
         };
-        let from = start_of(self.rt.as_fd(), &file);
-        Self::read_ends_of(file, &from, self.progress)
+        let (from, cut) = start_of(self.rt.as_fd(), &file);
+        let (mut read, ends) = Self::read_ends_of(file, &from, self.progress)?;
+        read.cut = cut;
+        Ok((read, ends))
     }
 
     fn read_ends_of(
@@ -1131,17 +1153,20 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok(LedgerRead::default());
         };
-        let from = start_of(self.rt.as_fd(), &file);
-        read_lines_after(
-            file,
-            &from,
-            true,
-            self.progress,
-            &mut |raw, _, rec| match rec {
-                Some(r) => visit(raw, r),
-                None => Ok(()),
-            },
-        )
+        let (from, cut) = start_of(self.rt.as_fd(), &file);
+        let mut read =
+            read_lines_after(
+                file,
+                &from,
+                true,
+                self.progress,
+                &mut |raw, _, rec| match rec {
+                    Some(r) => visit(raw, r),
+                    None => Ok(()),
+                },
+            )?;
+        read.cut = cut;
+        Ok(read)
     }
 
     /// Checks the whole chain (every line's hash, `seq` and `prev`) and calls
@@ -1155,10 +1180,13 @@ impl Ledger {
         let Some(file) = self.open_for_read()? else {
             return Ok(LedgerRead::default());
         };
-        let from = start_of(self.rt.as_fd(), &file);
-        read_lines_after(file, &from, false, self.progress, &mut |raw, check, _| {
-            visit(raw, check)
-        })
+        let (from, cut) = start_of(self.rt.as_fd(), &file);
+        let mut read =
+            read_lines_after(file, &from, false, self.progress, &mut |raw, check, _| {
+                visit(raw, check)
+            })?;
+        read.cut = cut;
+        Ok(read)
     }
 
     fn open_for_read(&self) -> Result<Option<File>, LedgerError> {
@@ -1773,7 +1801,7 @@ impl<'a> LedgerLock<'a> {
             hash: Some(cut.hash.clone()),
             end,
         };
-        if start_of(rt, &self.file)
+        if start_of(rt, &self.file).0
             == (Tail {
                 end: 0,
                 ..anchor.clone()

@@ -90,6 +90,15 @@ impl Workspace {
                 c.seq, c.problem
             )));
         }
+        // A whole read that started after a cut: gc planned it.
+        if let Some(cut) = &read.cut
+            && !read
+                .records
+                .iter()
+                .any(|r| crate::ledger::plans_cut(r, cut))
+        {
+            return Err(refuse(crate::ledger::unplanned_cut(cut)));
+        }
         let rt = self.runtime_dir();
         if head == crate::ledger::HeadState::Absent && read.tail.seq > 0 {
             return Err(refuse("`ledger.head` is missing".into()));
@@ -248,10 +257,7 @@ impl Workspace {
                     problems.push(Problem {
                         seq: Some(first),
                         path: Some(crate::ledger::BASE_FILE.into()),
-                        problem: format!(
-                            "the ledger starts at seq {first} after a cut `ledger.base` gives to gc action {}, but no gc record in the ledger planned that cut: the records before seq {first} were removed by something other than `ckpt gc`",
-                            c.action
-                        ),
+                        problem: crate::ledger::unplanned_cut(c),
                     });
                 }
                 for c in cuts.iter().filter(|c| c.seq >= first) {

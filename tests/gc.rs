@@ -956,6 +956,16 @@ fn records_removed_by_hand_behind_a_forged_cut_fail_verify_and_repair_counts_the
         "{}",
         v.stdout
     );
+    // Nor does any action: it is refused as damage.
+    let rb = at(&env, &clock, 21, &["rollback", "--last", "1"]);
+    assert_eq!(rb.code, 1, "{}", rb.stderr);
+    assert!(
+        rb.stderr
+            .contains("no gc record in the ledger planned that cut")
+            && rb.stderr.contains("ckpt repair"),
+        "{}",
+        rb.stderr
+    );
     // repair does not take the cut on its word either: the records it hid
     // count as lost (a stand-in each), and the workspace works again.
     let rep = env.ckpt(&["repair", "--json"]);
