@@ -1,6 +1,7 @@
 //! Commands on long histories (issue 24): `status`, `log -n 20`, `rollback
 //! --last 1`, `recover` and `verify` on ledgers of 10,000, 100,000 and
-//! 1,000,000 records, each a whole process of the release binary.
+//! 1,000,000 records, each a whole process of the release binary; then
+//! `gc --keep 10` once on a copy of each, and `status` after it.
 //!
 //! ```text
 //! cargo bench --bench ledger                      # 10k, 100k, 1M records
@@ -160,7 +161,9 @@ fn main() {
         ("`verify`", &["verify"]),
     ];
     let runs = 5;
-    let mut cells: Vec<Vec<Duration>> = vec![Vec::new(); commands.len()];
+    // The command rows, then gc's two: one `gc --keep 10` on a copy of
+    // the history, and `status` on that copy afterwards.
+    let mut cells: Vec<Vec<Duration>> = vec![Vec::new(); commands.len() + 2];
     for &n in sizes {
         let ws = history(n);
         let size = std::fs::metadata(ws.join(".agent-runtime/ledger.jsonl"))
@@ -175,14 +178,34 @@ fn main() {
             eprintln!("ledger-{n}: {name} {}", fmt(m));
             cells[k].push(m);
         }
+        let copy = ws.with_file_name(format!("ledger-{n}-gc"));
+        let _ = std::fs::remove_dir_all(&copy);
+        let st = Command::new("cp")
+            .args(["-a", "--reflink=auto"])
+            .arg(&ws)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp -a {ws:?} {copy:?}");
+        let g = run(&copy, &["gc", "--keep", "10"]);
+        eprintln!("ledger-{n}: `gc --keep 10` {}", fmt(g));
+        run(&copy, &["status"]);
+        let after = median((0..runs).map(|_| run(&copy, &["status"])).collect());
+        eprintln!("ledger-{n}: `status` after gc {}", fmt(after));
+        cells[commands.len()].push(g);
+        cells[commands.len() + 1].push(after);
+        let _ = std::fs::remove_dir_all(&copy);
     }
     let mut header = vec!["command".to_string()];
     header.extend(sizes.iter().map(|n| format!("{} records", n)));
     header.push(format!("{} ÷ 10k", sizes.last().unwrap()));
-    let rows: Vec<Vec<String>> = commands
-        .iter()
+    let names = commands.iter().map(|(name, _)| *name).chain([
+        "`gc --keep 10` (one run, on a copy)",
+        "`status` after that gc",
+    ]);
+    let rows: Vec<Vec<String>> = names
         .zip(&cells)
-        .map(|((name, _), c)| {
+        .map(|(name, c)| {
             let mut row = vec![name.to_string()];
             row.extend(c.iter().map(|d| fmt(*d)));
             row.push(format!(
@@ -193,7 +216,7 @@ fn main() {
         })
         .collect();
     let body = format!(
-        "{}\nMedians of {runs} whole processes after one warm-up; `rollback --last 1` undoes one more call each run.",
+        "{}\nMedians of {runs} whole processes after one warm-up; `rollback --last 1` undoes one more call each run. gc runs once on a copy of the history (`cp -a`), keeping the 10 newest checkpoints: it removes the older contents, diffs and checkpoint files and cuts the ledger; `status` is then timed on the copy.",
         report::markdown(&header, &rows)
     );
     report::publish("ledger", "cargo bench --bench ledger", &body);
