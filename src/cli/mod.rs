@@ -91,7 +91,7 @@ enum Command {
     Recover(recover::Args),
     /// Check the ledger chain, every referenced blob and artifact, every checkpoint
     Verify(verify::Args),
-    /// Remove stored contents and artifacts no kept checkpoint needs (retention in config.toml)
+    /// Remove stored contents, artifacts and ledger records no kept checkpoint needs (retention in config.toml)
     Gc(gc::Args),
     /// For each agent: are ckpt's hooks where it reads them, will it run them, when did they fire
     Doctor(doctor::Args),
