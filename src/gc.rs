@@ -916,16 +916,11 @@ pub(crate) fn finish(
         _ => Counted::default(),
     };
     // The ledger's cut, if it was planned (nothing when it was made).
-    let cut = plan
-        .as_ref()
-        .and_then(|p| p.get("ledger_cut"))
-        .and_then(|c| {
-            Some(crate::ledger::Cut {
-                seq: c.get("seq")?.as_u64()?,
-                hash: c.get("hash")?.as_str()?.to_string(),
-                action: action.to_string(),
-            })
-        });
+    let cut = crate::ledger::cut_of_plan(plan.as_ref()).map(|(seq, hash)| crate::ledger::Cut {
+        seq,
+        hash,
+        action: action.to_string(),
+    });
     if let Some(c) = &cut {
         cut_ledger(ws, c, None)?;
         drop_checkpoint_files(ws, c.seq)?;

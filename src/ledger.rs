@@ -175,7 +175,7 @@ pub fn unplanned_cut(cut: &Cut) -> String {
 }
 
 /// The `ledger_cut` (seq, hash) a gc plan names.
-fn cut_of_plan(plan: Option<&serde_json::Value>) -> Option<(u64, String)> {
+pub(crate) fn cut_of_plan(plan: Option<&serde_json::Value>) -> Option<(u64, String)> {
     let at = plan?.get("ledger_cut")?;
     Some((
         at.get("seq")?.as_u64()?,

@@ -6,9 +6,9 @@
 //! `completed` (last status succeeded), `failed`, `pending` (planned or
 //! approved, never started) and `uncertain` (started, never ended). Calls
 //! that completed or failed before the last checkpoint are counted, not
-//! listed. For an
-//! uncertain call that declared its files, each file is compared with the
-//! before hash and the predicted after hash the `started` record carries:
+//! listed. For an uncertain call that declared its files, each file is
+//! compared with the before hash and the predicted after hash the
+//! `started` record carries:
 //! - every file at its predicted after → `applied`: the after bytes are
 //!   stored, a `file_patch` and a `succeeded` record (written by
 //!   `ckpt-recover`) close the call; do not repeat it;

@@ -3,8 +3,9 @@
 //! report. A long history is then read from that position on, not whole.
 //!
 //! The report depends on: every call not plainly ended (in doubt,
-//! pending), every call whose last record follows the last checkpoint, the last checkpoint itself, pending conflicts and unfinished
-//! actions. The cut is the first record of any of these, moved back until
+//! pending), every call whose last record follows the last checkpoint,
+//! the last checkpoint itself, pending conflicts and unfinished actions.
+//! The cut is the first record of any of these, moved back until
 //! no call has records on both sides of it; the calls wholly before it are
 //! counted (`calls_before`, for the report's total). The cache names the
 //! record just before the cut by seq, hash and end offset, and a read

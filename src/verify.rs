@@ -245,13 +245,13 @@ impl Workspace {
                 problem: format!("{why}; the ledger is whole, so nothing depends on it"),
             }),
             Ok(cuts) => {
-                let linked = cuts.iter().find(|c| c.seq + 1 == first);
-                cut_before = linked.map(|c| (c.seq, c.hash.clone()));
-                // The gc that made the cut the ledger starts after planned
-                // it in a record still in the ledger (its plan follows the
-                // cut): a base written by hand over records removed by hand
-                // has none.
-                if let Some(c) = linked.filter(|_| ledger_starts_at.is_some())
+                // The cut the whole read started after (its first record
+                // links to it).
+                cut_before = read.cut.as_ref().map(|c| (c.seq, c.hash.clone()));
+                // The gc that made it planned it in a record still in the
+                // ledger (its plan follows the cut): a base written by hand
+                // over records removed by hand has none.
+                if let Some(c) = &read.cut
                     && !read.records.iter().any(|r| crate::ledger::plans_cut(r, c))
                 {
                     problems.push(Problem {
