@@ -594,6 +594,12 @@ fn to_record(line: &[u8], h: &LineCheck<'_>) -> Result<Record, String> {
     })
 }
 
+/// A line (without `\n`) checked on its own and parsed.
+pub(crate) fn record_of_line(line: &[u8]) -> Result<Record, String> {
+    let c = check_line(line)?;
+    to_record(line, &c)
+}
+
 /// The position after the last valid record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tail {
@@ -1071,29 +1077,100 @@ impl Ledger {
     /// rewrote the ledger). Damage before `from` is not seen here: `ckpt
     /// verify` checks the whole chain.
     pub fn read_after(&self, from: &Tail) -> Result<Option<(LedgerRead, Vec<u64>)>, LedgerError> {
-        if damaged_mark(self.rt.as_fd()).is_some() {
-            return Ok(None);
-        }
+        let mut records = Vec::new();
+        let mut ends = Vec::new();
+        let read = self.scan_from(Some(from), |_, r, end| {
+            records.push(r);
+            ends.push(end);
+            Ok(())
+        })?;
+        Ok(read.map(|mut read| {
+            read.records = records;
+            (read, ends)
+        }))
+    }
+
+    /// Every valid record with its raw line (without `\n`) and end offset:
+    /// after `from` (checked as [`read_after`](Self::read_after) checks it;
+    /// `None` when that refuses), or the whole ledger from its newest cut
+    /// when `from` is `None`. The returned read has no `records`.
+    pub(crate) fn scan_from(
+        &self,
+        from: Option<&Tail>,
+        mut visit: impl FnMut(&[u8], Record, u64) -> Result<(), LedgerError>,
+    ) -> Result<Option<LedgerRead>, LedgerError> {
         let Some(file) = self.open_for_read()? else {
-            return Ok(None);
+            return Ok(match from {
+                None => Some(LedgerRead::default()),
+                Some(_) => None,
+            });
         };
-        let size = crate::sys::fstat(&file)
-            .map_err(|e| io_err("stat", e))?
-            .size;
-        if from.end > size || (from.seq == 0) != (from.end == 0) {
-            return Ok(None);
-        }
-        if from.end > 0 && !ends_at(&file, from)? {
-            return Ok(None);
-        }
-        let (read, ends) = Self::read_ends_of(file, from, self.progress)?;
-        if read.corruption.is_some()
-            || read.torn.is_some()
-            || lost_records(self.rt.as_fd(), &read.tail).is_some()
+        let (start, cut) = match from {
+            None => start_of(self.rt.as_fd(), &file),
+            Some(f) => {
+                if damaged_mark(self.rt.as_fd()).is_some() {
+                    return Ok(None);
+                }
+                let size = crate::sys::fstat(&file)
+                    .map_err(|e| io_err("stat", e))?
+                    .size;
+                if f.end > size || (f.seq == 0) != (f.end == 0) {
+                    return Ok(None);
+                }
+                if f.end > 0 && !ends_at(&file, f)? {
+                    return Ok(None);
+                }
+                (f.clone(), None)
+            }
+        };
+        let mut end = start.end;
+        let mut read = read_lines_after(file, &start, true, self.progress, &mut |raw, _, rec| {
+            end += raw.len() as u64 + 1;
+            match rec {
+                Some(r) => visit(raw, r, end),
+                None => Ok(()),
+            }
+        })?;
+        read.cut = cut;
+        if from.is_some()
+            && (read.corruption.is_some()
+                || read.torn.is_some()
+                || lost_records(self.rt.as_fd(), &read.tail).is_some())
         {
             return Ok(None);
         }
-        Ok(Some((read, ends)))
+        Ok(Some(read))
+    }
+
+    /// The records whose lines end at the given offsets with the given
+    /// lengths (without `\n`), each checked on its own (hash, seq): `None`
+    /// when any is not there as named.
+    pub(crate) fn read_lines_at(
+        &self,
+        spans: &[(u64, u64, u32)],
+    ) -> Result<Option<Vec<RawRecord>>, LedgerError> {
+        let Some(file) = self.open_for_read()? else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(spans.len());
+        for &(seq, end, len) in spans {
+            let len = len as u64;
+            if end < len + 1 {
+                return Ok(None);
+            }
+            let mut buf = vec![0u8; len as usize + 1];
+            if std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, end - len - 1).is_err() {
+                return Ok(None);
+            }
+            if buf.pop() != Some(b'\n') {
+                return Ok(None);
+            }
+            match record_of_line(&buf) {
+                Ok(r) if r.seq == seq => out.push((buf, r)),
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(out))
     }
 
     /// [`read`](Self::read), with the end offset (just after its `\n`) of

@@ -68,6 +68,7 @@ pub mod hook;
 pub mod hook_policy;
 pub mod ids;
 pub mod ledger;
+pub mod ledger_view;
 pub mod merge;
 pub mod open;
 mod par;

@@ -21,18 +21,14 @@
 //! `ckpt verify` checks the whole chain.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable::Keep;
-use crate::fs_util;
 use crate::ledger::{LedgerRead, Tail};
 use crate::open::unfinished_actions;
 use crate::record::{Body, CallStatus, Record, Resolution};
 use crate::workspace::{Workspace, WorkspaceError};
 
-const DIR: &str = "index";
 const FILE: &str = "recover.json";
 
 /// The cache's contents.
@@ -161,30 +157,12 @@ impl Suffix {
         let Ok(text) = serde_json::to_vec(&c) else {
             return;
         };
-        let Ok((dir, _)) =
-            fs_util::open_or_create_private_dir(ws.runtime_dir().as_fd(), DIR, ws.durable())
-        else {
-            return;
-        };
-        let _ = fs_util::write_atomic(
-            dir.as_fd(),
-            std::ffi::OsStr::new(FILE),
-            &text,
-            0o600,
-            false,
-            Keep::Cache,
-        );
+        ws.write_index_file(FILE, &text);
     }
 }
 
 fn load(ws: &Workspace) -> Option<Cached> {
-    let dir = fs_util::open_dir(ws.runtime_dir().as_fd(), DIR).ok()?;
-    let (mut f, size) =
-        fs_util::open_regular_at_sized(dir.as_fd(), std::ffi::OsStr::new(FILE)).ok()?;
-    if size > 4096 {
-        return None;
-    }
-    let bytes = fs_util::read_to_end_sized(&mut f, size).ok()?;
+    let bytes = ws.read_index_file(FILE, 4096)?;
     serde_json::from_slice::<Cached>(&bytes)
         .ok()
         .filter(|c| c.v == 1 && c.check == c.digest())

@@ -1772,16 +1772,8 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
         }
         if let Some(&i) = open.get(&p.path) {
             let (net, ids) = &mut steps[i];
-            let chained = net.after_hash == p.before_hash
-                && (net.after_hash.is_none() || net.after_mode == p.before_mode);
-            let same_doubt = net.candidates == p.candidates;
-            if chained && same_doubt {
-                net.after_hash = p.after_hash;
-                net.after_mode = p.after_mode.clone();
-                net.after_perm = p.after_perm;
-                net.binary |= p.binary;
-                net.patch_ref = p.patch_ref.clone();
-                net.patch = p.patch.clone();
+            if chains_onto(net, p) {
+                extend_net(net, p);
                 // Oldest first while building (a file edited by k calls
                 // would otherwise cost k² moves), newest first at the end.
                 ids.push(p.patch.clone());
@@ -1795,6 +1787,24 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
         ids.reverse();
     }
     steps
+}
+
+/// Whether `p` continues the net step `net` (see [`runs`]): its before is
+/// the step's after, and the same calls could have made both.
+pub(crate) fn chains_onto(net: &FilePatch, p: &FilePatch) -> bool {
+    let chained = net.after_hash == p.before_hash
+        && (net.after_hash.is_none() || net.after_mode == p.before_mode);
+    chained && net.candidates == p.candidates
+}
+
+/// `net` followed by `p` as one step (see [`runs`]).
+pub(crate) fn extend_net(net: &mut FilePatch, p: &FilePatch) {
+    net.after_hash = p.after_hash;
+    net.after_mode = p.after_mode.clone();
+    net.after_perm = p.after_perm;
+    net.binary |= p.binary;
+    net.patch_ref = p.patch_ref.clone();
+    net.patch = p.patch.clone();
 }
 
 /// The agent changes a step's change was made on that are out of effect

@@ -525,6 +525,38 @@ impl Workspace {
         RelPath::from_input(input, &roots, base)
     }
 
+    /// A cache file of `index/`: `None` when missing, unreadable or over
+    /// `max` bytes.
+    pub(crate) fn read_index_file(&self, name: &str, max: u64) -> Option<Vec<u8>> {
+        let dir = crate::fs_util::open_dir(self.runtime_dir().as_fd(), "index").ok()?;
+        let (mut f, size) =
+            crate::fs_util::open_regular_at_sized(dir.as_fd(), std::ffi::OsStr::new(name)).ok()?;
+        if size > max {
+            return None;
+        }
+        crate::fs_util::read_to_end_sized(&mut f, size).ok()
+    }
+
+    /// Writes a cache file of `index/` atomically, never synced: losing it
+    /// costs only a longer read next time, so a failure is ignored.
+    pub(crate) fn write_index_file(&self, name: &str, bytes: &[u8]) {
+        let Ok((dir, _)) = crate::fs_util::open_or_create_private_dir(
+            self.runtime_dir().as_fd(),
+            "index",
+            self.durable(),
+        ) else {
+            return;
+        };
+        let _ = crate::fs_util::write_atomic(
+            dir.as_fd(),
+            std::ffi::OsStr::new(name),
+            bytes,
+            0o600,
+            false,
+            crate::durable::Keep::Cache,
+        );
+    }
+
     /// Reads the whole ledger (tolerating a torn tail).
     pub fn read_ledger(&self) -> Result<LedgerRead, WorkspaceError> {
         let read = self.ledger.read()?;

@@ -13,7 +13,8 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::common::{
-    Rng, Run, TestEnv, blob_file, chunks_of, copy_workspace, noise, run_with_stdin, seed, tree,
+    Rng, Run, TestEnv, blob_file, chunks_of, copy_workspace, noise, run_with_stdin, seed,
+    status_view_agrees, tree,
 };
 
 const DAY: u64 = 86_400;
@@ -189,6 +190,7 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
         let clock = Clock::new();
         let turns = 4 + rng.below(3);
         let cks = history(&env, &clock, &mut rng, turns);
+        status_view_agrees(&env, "before gc");
         let oracle = copy_workspace(&env);
         // (The first round keeps one: its gc has history to take out of the ledger.)
         let keep = if round == 0 { 1 } else { rng.below(turns) };
@@ -206,6 +208,7 @@ fn every_kept_checkpoint_is_restorable_byte_for_byte_over_random_histories() {
             "a dry run removes nothing"
         );
         let r = gc(&env, &clock, now, &args);
+        status_view_agrees(&env, "after gc");
         assert_eq!(r["blobs"], dry["blobs"], "the dry run said what goes");
         assert_eq!(r["patches"], dry["patches"]);
         removed += r["blobs"]["files"].as_u64().unwrap() + r["patches"]["files"].as_u64().unwrap();
@@ -300,7 +303,10 @@ fn history_gc_took_out_of_the_ledger_is_refused_by_name_and_verify_says_where_it
     let env = TestEnv::init();
     let clock = Clock::new();
     let (c0, c1, first_call) = two_turns(&env, &clock);
+    status_view_agrees(&env, "before gc");
     let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
+    // The view anchored in the old ledger is built again from the cut one.
+    status_view_agrees(&env, "after the cut");
     let cut = r["ledger_cut_seq"].as_u64().expect("gc cut the ledger");
     assert!(r["ledger_records"].as_u64().unwrap() >= 7, "{r}");
     assert!(r["ledger_held"].is_null(), "nothing held the cut: {r}");
@@ -359,7 +365,11 @@ fn a_call_in_doubt_holds_the_ledger_whole_and_collected_history_is_refused_by_na
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let (c0, c1, first_call) = two_turns(&env, &clock);
+    status_view_agrees(&env, "before gc");
     let r = gc_keeping_the_newest(&env, &clock, &c0, &c1);
+    // The view is extended across the gc record: a.txt's run of changes
+    // is split at the horizon, as the plan splits it.
+    status_view_agrees(&env, "after gc, the ledger whole");
     assert_eq!(r["ledger_records"], 0, "{r}");
     assert!(r["ledger_cut_seq"].is_null(), "{r}");
     // gc says what holds the ledger whole.

@@ -109,6 +109,7 @@ const DEFAULT_CASES: u64 = 200;
 const DEFAULT_STEPS: u64 = 30;
 const DEFAULT_SEED: u64 = 0x00c0_ffee_5eed;
 const VERIFY_EVERY: usize = 5;
+const STATUS_EVERY: usize = 3;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
@@ -758,6 +759,25 @@ impl H {
         if self.step.is_multiple_of(VERIFY_EVERY) {
             self.verify();
         }
+        if self.step.is_multiple_of(STATUS_EVERY) {
+            self.status_from_the_view_matches_the_whole_read();
+        }
+    }
+
+    /// `status` planned from the reduced view (`index/view.bin`, extended
+    /// since the last step that read it) says what the whole read says.
+    fn status_from_the_view_matches_the_whole_read(&mut self) {
+        count("status: view against whole read");
+        let whole = self
+            .env
+            .ckpt_env(&["status", "--json"], &[FAST, ("CKPT_TEST_NO_VIEW", "1")]);
+        let view = self.ck(&["status", "--json"]);
+        assert_eq!(whole.code, 0, "status (whole read): {}", whole.stderr);
+        assert_eq!(
+            view.stdout, whole.stdout,
+            "status from the view (left) differs from the whole read's: {}",
+            view.stderr
+        );
     }
 
     fn verify(&mut self) {

@@ -30,6 +30,7 @@ mod secrets;
 mod session;
 mod shell;
 mod storage;
+mod view;
 
 #[test]
 fn every_test_file_is_listed() {

@@ -39,15 +39,28 @@ fn letter(f: &PlannedFile, report: &RollbackReport) -> &'static str {
 
 pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
-    let read = ws.read_ledger()?;
-    super::ui::warn_partial(&ws, &read);
+    // A long history is planned from its reduced view (`index/view.bin`);
+    // `CKPT_TEST_NO_VIEW` reads it whole, for tests to compare.
+    let reduced = match std::env::var_os("CKPT_TEST_NO_VIEW") {
+        Some(_) => None,
+        None => ckpt::ledger_view::read(&ws)?,
+    };
+    let whole;
+    let (records, read) = match &reduced {
+        Some(r) => (&r.records, &r.read),
+        None => {
+            whole = ws.read_ledger()?;
+            (&whole.records, &whole)
+        }
+    };
+    super::ui::warn_partial(&ws, read);
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
-    let report = rollback::dry_plan(&ws, &cfg, &read.records, Selector::Everything)?;
+    let report = rollback::dry_plan(&ws, &cfg, records, Selector::Everything)?;
     let mut call_of: HashMap<&str, &str> = HashMap::new();
     let mut calls: BTreeMap<String, (String, CallStatus)> = BTreeMap::new();
     let mut conflicts: BTreeMap<String, Resolution> = BTreeMap::new();
-    for r in &read.records {
+    for r in records {
         match &r.body {
             Body::FilePatch(p) => {
                 call_of.insert(&p.patch, &p.call);
@@ -82,11 +95,14 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         {
             continue;
         }
-        let mut by: Vec<&str> = f
-            .patches
-            .iter()
-            .filter_map(|p| call_of.get(p.as_str()).copied())
-            .collect();
+        let mut by: Vec<&str> = match &reduced {
+            Some(r) => r.calls_of(&f.patches),
+            None => f
+                .patches
+                .iter()
+                .filter_map(|p| call_of.get(p.as_str()).copied())
+                .collect(),
+        };
         by.reverse();
         by.dedup();
         let theirs = matches!(f.result, FileResult::Merged | FileResult::Conflict);
@@ -153,7 +169,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     // What ckpt holds no copy of: a shell call that changes it cannot be undone.
     let unprotected = ckpt::scan::unprotected(&ws, &cfg);
     // History `ckpt gc` collected: its changes are neither shown nor undoable.
-    let collected_upto = ckpt::gc::horizon(&read.records);
+    let collected_upto = ckpt::gc::horizon(records);
     // Past the budget even after the last collection: said, with what to do.
     let over_budget = ckpt::gc::over_budget(&ws);
     if let Some(o) = &over_budget {

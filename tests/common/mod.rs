@@ -394,3 +394,21 @@ pub fn copy_workspace(env: &TestEnv) -> TestEnv {
     assert!(st.success());
     other
 }
+
+/// `ckpt status --json` planned from the reduced view (`index/view.bin`)
+/// says byte for byte what the whole read says (`CKPT_TEST_NO_VIEW`).
+pub fn status_view_agrees(env: &TestEnv, when: &str) -> serde_json::Value {
+    let whole = env.ckpt_env(&["status", "--json"], &[("CKPT_TEST_NO_VIEW", "1")]);
+    let view = env.ckpt(&["status", "--json"]);
+    assert_eq!(
+        whole.code, 0,
+        "{when}: status (whole read): {}",
+        whole.stderr
+    );
+    assert_eq!(
+        view.stdout, whole.stdout,
+        "{when}: status from the view (left) differs from the whole read's: {}",
+        view.stderr
+    );
+    whole.json()
+}

@@ -1,0 +1,593 @@
+//! `index/view.bin`: the ledger reduced to what `status` and `diff` plan
+//! from (issue 24), so that a long history is not read and parsed whole.
+//!
+//! The plan of taking every agent change out ([`rollback::dry_plan`] with
+//! `Selector::Everything`) depends on the records in a way that lets most
+//! of them be folded together:
+//! - A **simple** path is one that only agent patches ever touched (no
+//!   rename, no doubt between calls, no ckpt patch, no action naming it).
+//!   Every patch of it is in effect, and the planner takes them out as net
+//!   steps: consecutive patches whose before is the previous after (see
+//!   `rollback::runs`). The view keeps each such run as its net patch
+//!   (built by the same `chains_onto`/`extend_net`) and, per patch, its
+//!   seq, where its line lies, and its call (for `status`'s call lists).
+//!   Runs are split at `ckpt gc`'s horizon, as the planner splits them.
+//! - Every other record the plan reads is kept as its line: every patch
+//!   of a path that is not simple (a path turns complex when a rename, a
+//!   ckpt patch or an action names it; its folded patches are read back
+//!   from the ledger then), actions, conflicts, repairs, kinds this
+//!   version does not know, the checkpoints a `--to` action names, and
+//!   the records of calls in doubt (`status` lists them).
+//! - Checkpoints otherwise, session entries, user edits and the records of
+//!   calls that ended plainly are dropped: the plan does not read them.
+//!
+//! The reduced records, planned, give the whole read's plan; the report's
+//! patch lists name a run by its last patch (`calls_of` expands them). The
+//! test `status_from_the_view_matches_the_whole_read` (tests/rollback_model.rs)
+//! compares `status --json` both ways over random histories of calls,
+//! rollbacks, undos, resolves and user edits.
+//!
+//! The view names the last record it folded by seq, hash and end offset.
+//! It is extended with the records appended since (read as
+//! [`Ledger::read_after`](crate::ledger::Ledger::read_after) reads them:
+//! the record still there, the rest chained to it and to `ledger.head`),
+//! and built again from a whole read when missing, damaged (its checksum),
+//! stale (gc cut or repaired the ledger, a `--to` names a checkpoint it
+//! dropped) or when a line it names is not where it says. It is a cache:
+//! written atomically, never synced. Damage before its anchor is not seen by
+//! `status`; `ckpt verify` and every action check the whole chain.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::effect::is_agent;
+use crate::ledger::{LedgerError, LedgerRead, Tail};
+use crate::paths::RelPath;
+use crate::record::{ActionType, Body, CallStatus, FilePatch, PatchOp, Record};
+use crate::rollback::{chains_onto, extend_net};
+use crate::workspace::{Workspace, WorkspaceError};
+
+const FILE: &str = "view.bin";
+const MAGIC: &[u8; 8] = b"CKPTVEW1";
+const VERSION: u32 = 1;
+/// One member on disk: seq, end, len, call offset, call length.
+const MEMBER_BYTES: usize = 8 + 8 + 4 + 8 + 4;
+
+/// One agent patch folded into a run.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    seq: u64,
+    /// Where its line ends (after the `\n`) and its length (without it).
+    end: u64,
+    len: u32,
+    /// Its call's id in `View::calls`.
+    call_off: u64,
+    call_len: u32,
+}
+
+/// Consecutive patches of a simple path the planner takes out as one step.
+#[derive(Debug, Clone)]
+struct Run {
+    net: FilePatch,
+    /// Oldest first.
+    members: Vec<Member>,
+}
+
+/// What the view keeps besides the runs, as written in the file's header.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Header {
+    v: u32,
+    seq: u64,
+    hash: Option<String>,
+    end: u64,
+    horizon: u64,
+    /// Lines kept whole, by seq.
+    kept: BTreeMap<u64, String>,
+    /// Calls in doubt: the seqs of their kept records.
+    open: BTreeMap<String, Vec<u64>>,
+    /// Checkpoints kept whole (a `--to` names them).
+    checkpoints: BTreeSet<String>,
+    complex: BTreeSet<RelPath>,
+    /// Per simple path, its runs' net patches and member counts.
+    paths: Vec<(RelPath, Vec<(FilePatch, u32)>)>,
+    calls_len: u64,
+}
+
+/// The reduced ledger (see the module doc).
+#[derive(Debug, Default)]
+pub struct View {
+    anchor: Tail,
+    horizon: u64,
+    kept: BTreeMap<u64, Vec<u8>>,
+    open: HashMap<String, Vec<u64>>,
+    checkpoints: BTreeSet<String>,
+    complex: BTreeSet<RelPath>,
+    paths: BTreeMap<RelPath, Vec<Run>>,
+    calls: Vec<u8>,
+}
+
+/// Why a fold cannot go on from where the view stands: build it again.
+struct Rebuild;
+
+/// Net patch id → (path, run index).
+type RunIds = HashMap<String, (RelPath, usize)>;
+
+/// What `status` and `diff` plan from.
+pub struct Reduced {
+    /// The reduced records, oldest first (kept and net patches).
+    pub records: Vec<Record>,
+    /// What the read found (no `records`): the tail, any damage.
+    pub read: LedgerRead,
+    view: View,
+    runs: RunIds,
+    /// Kept patch id → call.
+    call_of: HashMap<String, String>,
+}
+
+impl Reduced {
+    /// The calls of the patches a report lists (`PlannedFile::patches`), in
+    /// that order: a run's net patch stands for all of its patches, newest
+    /// first.
+    pub fn calls_of<'a>(&'a self, ids: &'a [String]) -> Vec<&'a str> {
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some((path, i)) = self.runs.get(id)
+                && let Some(run) = self.view.paths.get(path).and_then(|r| r.get(*i))
+            {
+                out.extend(run.members.iter().rev().map(|m| self.view.call(m)));
+            } else if let Some(c) = self.call_of.get(id) {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// How many patches the report's lists stand for.
+    pub fn patch_count(&self, ids: &[String]) -> usize {
+        ids.iter()
+            .map(|id| match self.runs.get(id) {
+                Some((path, i)) => self
+                    .view
+                    .paths
+                    .get(path)
+                    .and_then(|r| r.get(*i))
+                    .map_or(1, |r| r.members.len()),
+                None => 1,
+            })
+            .sum()
+    }
+}
+
+impl View {
+    fn call(&self, m: &Member) -> &str {
+        let s = m.call_off as usize;
+        self.calls
+            .get(s..s + m.call_len as usize)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or("")
+    }
+
+    fn push_call(&mut self, call: &str) -> (u64, u32) {
+        let off = self.calls.len() as u64;
+        self.calls.extend_from_slice(call.as_bytes());
+        (off, call.len() as u32)
+    }
+
+    /// Folds one record in (see the module doc). `seen` holds the
+    /// checkpoints this pass read, for a `--to` that names one.
+    fn fold(
+        &mut self,
+        ws: &Workspace,
+        line: &[u8],
+        r: &Record,
+        end: u64,
+        seen: &mut HashMap<String, (u64, Vec<u8>)>,
+    ) -> Result<(), Rebuild> {
+        match &r.body {
+            Body::FilePatch(p) => {
+                let simple = is_agent(p)
+                    && p.op != PatchOp::Rename
+                    && p.from_path.is_none()
+                    && p.candidates.is_empty()
+                    && !self.complex.contains(&p.path);
+                if simple {
+                    let (call_off, call_len) = self.push_call(&p.call);
+                    let m = Member {
+                        seq: r.seq,
+                        end,
+                        len: line.len() as u32,
+                        call_off,
+                        call_len,
+                    };
+                    let runs = self.paths.entry(p.path.clone()).or_default();
+                    push_patch(runs, m, p, self.horizon);
+                } else {
+                    self.make_complex(ws, &p.path)?;
+                    if let Some(f) = &p.from_path {
+                        self.make_complex(ws, f)?;
+                    }
+                    self.kept.insert(r.seq, line.to_vec());
+                }
+            }
+            Body::ToolCall(c) => {
+                let doubt = c.outcome_unknown
+                    || matches!(
+                        c.status,
+                        CallStatus::Started | CallStatus::Planned | CallStatus::Approved
+                    );
+                if doubt {
+                    self.kept.insert(r.seq, line.to_vec());
+                    self.open.entry(c.call.clone()).or_default().push(r.seq);
+                } else if let Some(seqs) = self.open.remove(&c.call) {
+                    for s in seqs {
+                        self.kept.remove(&s);
+                    }
+                }
+            }
+            Body::Checkpoint(c) => {
+                seen.insert(c.checkpoint.clone(), (r.seq, line.to_vec()));
+            }
+            Body::Action(a) => {
+                for key in ["plan", "outcome"] {
+                    let v = if key == "plan" { &a.plan } else { &a.outcome };
+                    let files = v
+                        .as_ref()
+                        .and_then(|v| v.get("files"))
+                        .and_then(Value::as_array);
+                    for f in files.into_iter().flatten() {
+                        if let Some(path) = f
+                            .get("path")
+                            .and_then(|p| serde_json::from_value::<RelPath>(p.clone()).ok())
+                        {
+                            self.make_complex(ws, &path)?;
+                        }
+                    }
+                }
+                if let Some(ck) = a.target.get("to").and_then(Value::as_str)
+                    && !self.checkpoints.contains(ck)
+                {
+                    // The checkpoint is read by the plan's replay: kept, or
+                    // the view cannot answer.
+                    let (seq, l) = seen.get(ck).ok_or(Rebuild)?;
+                    self.kept.insert(*seq, l.clone());
+                    self.checkpoints.insert(ck.to_string());
+                }
+                if a.action_type == ActionType::Gc
+                    && let Some(h) = a
+                        .plan
+                        .as_ref()
+                        .and_then(|p| p.get("horizon_seq"))
+                        .and_then(Value::as_u64)
+                    && h > self.horizon
+                {
+                    self.split_at(ws, h)?;
+                }
+                self.kept.insert(r.seq, line.to_vec());
+            }
+            Body::Conflict(_) | Body::Repair(_) | Body::Unknown { .. } => {
+                self.kept.insert(r.seq, line.to_vec());
+            }
+            Body::SessionEntry(_) | Body::UserEdit(_) => {}
+        }
+        self.anchor = Tail {
+            seq: r.seq,
+            hash: Some(r.hash.clone()),
+            end,
+        };
+        Ok(())
+    }
+
+    /// The folded patches of `runs`, read back from the ledger.
+    fn read_members(
+        ws: &Workspace,
+        runs: &[Run],
+    ) -> Result<Vec<(Member, Vec<u8>, Record)>, Rebuild> {
+        let members: Vec<Member> = runs
+            .iter()
+            .flat_map(|r| r.members.iter().copied())
+            .collect();
+        let spans: Vec<(u64, u64, u32)> = members.iter().map(|m| (m.seq, m.end, m.len)).collect();
+        let lines = ws
+            .ledger()
+            .read_lines_at(&spans)
+            .ok()
+            .flatten()
+            .ok_or(Rebuild)?;
+        Ok(members
+            .into_iter()
+            .zip(lines)
+            .map(|(m, (l, r))| (m, l, r))
+            .collect())
+    }
+
+    /// `path` from now on keeps its patches whole.
+    fn make_complex(&mut self, ws: &Workspace, path: &RelPath) -> Result<(), Rebuild> {
+        if !self.complex.insert(path.clone()) {
+            return Ok(());
+        }
+        let Some(runs) = self.paths.remove(path) else {
+            return Ok(());
+        };
+        for (_, line, r) in Self::read_members(ws, &runs)? {
+            self.kept.insert(r.seq, line);
+        }
+        Ok(())
+    }
+
+    /// A new gc horizon: runs across it are split there.
+    fn split_at(&mut self, ws: &Workspace, h: u64) -> Result<(), Rebuild> {
+        self.horizon = h;
+        let across: Vec<RelPath> = self
+            .paths
+            .iter()
+            .filter(|(_, runs)| {
+                runs.iter().any(|r| {
+                    r.members.first().is_some_and(|m| m.seq <= h)
+                        && r.members.last().is_some_and(|m| m.seq > h)
+                })
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in across {
+            let Some(old) = self.paths.remove(&path) else {
+                continue;
+            };
+            let mut runs = Vec::new();
+            for (m, _, r) in Self::read_members(ws, &old)? {
+                let Body::FilePatch(p) = &r.body else {
+                    return Err(Rebuild);
+                };
+                push_patch(&mut runs, m, p, h);
+            }
+            self.paths.insert(path, runs);
+        }
+        Ok(())
+    }
+
+    fn encode(&self) -> Option<Vec<u8>> {
+        let header = Header {
+            v: VERSION,
+            seq: self.anchor.seq,
+            hash: self.anchor.hash.clone(),
+            end: self.anchor.end,
+            horizon: self.horizon,
+            kept: self
+                .kept
+                .iter()
+                .map(|(s, l)| Some((*s, String::from_utf8(l.clone()).ok()?)))
+                .collect::<Option<_>>()?,
+            open: self
+                .open
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            checkpoints: self.checkpoints.clone(),
+            complex: self.complex.clone(),
+            paths: self
+                .paths
+                .iter()
+                .map(|(p, runs)| {
+                    (
+                        p.clone(),
+                        runs.iter()
+                            .map(|r| (r.net.clone(), r.members.len() as u32))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            calls_len: self.calls.len() as u64,
+        };
+        let head = serde_json::to_vec(&header).ok()?;
+        let n: usize = self.paths.values().flatten().map(|r| r.members.len()).sum();
+        let mut out =
+            Vec::with_capacity(16 + head.len() + self.calls.len() + n * MEMBER_BYTES + 32);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(head.len() as u64).to_le_bytes());
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&self.calls);
+        for m in self.paths.values().flatten().flat_map(|r| &r.members) {
+            out.extend_from_slice(&m.seq.to_le_bytes());
+            out.extend_from_slice(&m.end.to_le_bytes());
+            out.extend_from_slice(&m.len.to_le_bytes());
+            out.extend_from_slice(&m.call_off.to_le_bytes());
+            out.extend_from_slice(&m.call_len.to_le_bytes());
+        }
+        crate::binfile::seal(&mut out);
+        Some(out)
+    }
+
+    fn decode(bytes: &[u8]) -> Option<View> {
+        crate::binfile::unseal_with(bytes, MAGIC, 8, |body| {
+            let head_len =
+                usize::try_from(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)).ok()?;
+            let head: Header =
+                serde_json::from_slice(body.get(8..8usize.checked_add(head_len)?)?).ok()?;
+            if head.v != VERSION {
+                return None;
+            }
+            let rest = &body[8 + head_len..];
+            let calls_len = usize::try_from(head.calls_len).ok()?;
+            let calls = rest.get(..calls_len)?.to_vec();
+            let mut members = rest.get(calls_len..)?.chunks_exact(MEMBER_BYTES);
+            if !members.remainder().is_empty() {
+                return None;
+            }
+            let u64_at =
+                |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+            let u32_at =
+                |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+            let mut paths = BTreeMap::new();
+            for (path, runs) in head.paths {
+                let mut out = Vec::with_capacity(runs.len());
+                for (net, n) in runs {
+                    let mut ms = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        let b = members.next()?;
+                        let m = Member {
+                            seq: u64_at(b, 0),
+                            end: u64_at(b, 8),
+                            len: u32_at(b, 16),
+                            call_off: u64_at(b, 20),
+                            call_len: u32_at(b, 28),
+                        };
+                        if m.call_off.checked_add(m.call_len as u64)? > calls_len as u64 {
+                            return None;
+                        }
+                        ms.push(m);
+                    }
+                    if ms.is_empty() {
+                        return None;
+                    }
+                    out.push(Run { net, members: ms });
+                }
+                paths.insert(path, out);
+            }
+            if members.next().is_some() {
+                return None;
+            }
+            Some(View {
+                anchor: Tail {
+                    seq: head.seq,
+                    hash: head.hash,
+                    end: head.end,
+                },
+                horizon: head.horizon,
+                kept: head
+                    .kept
+                    .into_iter()
+                    .map(|(s, l)| (s, l.into_bytes()))
+                    .collect(),
+                open: head.open.into_iter().collect(),
+                checkpoints: head.checkpoints,
+                complex: head.complex,
+                paths,
+                calls,
+            })
+        })
+    }
+
+    fn load(ws: &Workspace) -> Option<View> {
+        Self::decode(&ws.read_index_file(FILE, u64::MAX)?)
+    }
+
+    fn save(&self, ws: &Workspace) {
+        if let Some(bytes) = self.encode() {
+            ws.write_index_file(FILE, &bytes);
+        }
+    }
+
+    /// Folds the ledger in from the anchor on (`whole`: from the start, the
+    /// view being empty). `None`: the read from the anchor was refused, or
+    /// the fold cannot go on from here.
+    fn extend(
+        &mut self,
+        ws: &Workspace,
+        whole: bool,
+    ) -> Result<Option<(LedgerRead, bool)>, WorkspaceError> {
+        let mut seen = HashMap::new();
+        let mut stuck = false;
+        let mut grew = false;
+        let from = (!whole).then(|| self.anchor.clone());
+        let read = ws.ledger().scan_from(from.as_ref(), |line, r, end| {
+            if !stuck {
+                grew = true;
+                stuck = self.fold(ws, line, &r, end, &mut seen).is_err();
+            }
+            Ok::<(), LedgerError>(())
+        })?;
+        Ok(match read {
+            Some(read) if !stuck => Some((read, grew)),
+            _ => None,
+        })
+    }
+
+    /// The reduced records, oldest first.
+    fn records(&self) -> Option<(Vec<Record>, RunIds)> {
+        let mut out = Vec::with_capacity(self.kept.len() + self.paths.len());
+        for line in self.kept.values() {
+            out.push(crate::ledger::record_of_line(line).ok()?);
+        }
+        let mut runs = HashMap::new();
+        for (path, rs) in &self.paths {
+            for (i, run) in rs.iter().enumerate() {
+                let last = run.members.last()?;
+                runs.insert(run.net.patch.clone(), (path.clone(), i));
+                out.push(Record {
+                    seq: last.seq,
+                    ts: String::new(),
+                    session: None,
+                    prev: None,
+                    hash: String::new(),
+                    body: Body::FilePatch(run.net.clone()),
+                });
+            }
+        }
+        out.sort_by_key(|r| r.seq);
+        Some((out, runs))
+    }
+}
+
+/// Adds patch `p` (member `m`) to a simple path's runs.
+fn push_patch(runs: &mut Vec<Run>, m: Member, p: &FilePatch, horizon: u64) {
+    if let Some(last) = runs.last_mut() {
+        let across = last.members.last().is_some_and(|l| l.seq <= horizon) && m.seq > horizon;
+        if !across && chains_onto(&last.net, p) {
+            extend_net(&mut last.net, p);
+            last.members.push(m);
+            return;
+        }
+    }
+    runs.push(Run {
+        net: p.clone(),
+        members: vec![m],
+    });
+}
+
+/// The reduced ledger of `ws` (see the module doc): from `index/view.bin`
+/// extended with what was appended since, or built again from the whole
+/// ledger. The view is saved when it grew and the ledger read clean.
+/// `None` when no view can be had (a `--to` names a checkpoint before the
+/// ledger's cut, say): the caller reads the whole ledger.
+pub fn read(ws: &Workspace) -> Result<Option<Reduced>, WorkspaceError> {
+    let mut view = View::load(ws).unwrap_or_default();
+    let mut got = None;
+    if view.anchor.end > 0 {
+        got = view.extend(ws, false)?;
+    }
+    let (read, grew) = match got {
+        Some(g) => g,
+        None => {
+            view = View::default();
+            match view.extend(ws, true)? {
+                Some(b) => b,
+                None => return Ok(None),
+            }
+        }
+    };
+    // Damage seen here stops every writer until `ckpt repair`.
+    ws.ledger().note_damage(&read);
+    let Some((records, runs)) = view.records() else {
+        return Ok(None);
+    };
+    if grew && read.corruption.is_none() && read.torn.is_none() {
+        view.save(ws);
+    }
+    let call_of = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::FilePatch(p) if !runs.contains_key(&p.patch) => {
+                Some((p.patch.clone(), p.call.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(Some(Reduced {
+        records,
+        read,
+        view,
+        runs,
+        call_of,
+    }))
+}
