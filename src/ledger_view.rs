@@ -591,3 +591,61 @@ pub fn read(ws: &Workspace) -> Result<Option<Reduced>, WorkspaceError> {
         call_of,
     }))
 }
+
+/// What a plan of everything in effect reads: the reduced view, or the
+/// whole ledger when none can be had or the caller asks for it.
+// One value per command: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Source {
+    /// The reduced view.
+    Reduced(Reduced),
+    /// Every record, and each patch's call.
+    Whole(LedgerRead, HashMap<String, String>),
+}
+
+impl Source {
+    /// The view when `use_view` and one can be had, else the whole ledger.
+    pub fn read(ws: &Workspace, use_view: bool) -> Result<Source, WorkspaceError> {
+        if use_view && let Some(r) = read(ws)? {
+            return Ok(Source::Reduced(r));
+        }
+        let read = ws.read_ledger()?;
+        let call_of = read
+            .records
+            .iter()
+            .filter_map(|r| match &r.body {
+                Body::FilePatch(p) => Some((p.patch.clone(), p.call.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok(Source::Whole(read, call_of))
+    }
+
+    /// The records to plan from.
+    pub fn records(&self) -> &[Record] {
+        match self {
+            Source::Reduced(r) => &r.records,
+            Source::Whole(w, _) => &w.records,
+        }
+    }
+
+    /// What the read found: the tail, any damage.
+    pub fn read_info(&self) -> &LedgerRead {
+        match self {
+            Source::Reduced(r) => &r.read,
+            Source::Whole(w, _) => w,
+        }
+    }
+
+    /// The calls of a report's patch list (`PlannedFile::patches`), in
+    /// order (see [`Reduced::calls_of`]).
+    pub fn calls_of<'a>(&'a self, ids: &'a [String]) -> Vec<&'a str> {
+        match self {
+            Source::Reduced(r) => r.calls_of(ids),
+            Source::Whole(_, of) => ids
+                .iter()
+                .filter_map(|i| of.get(i).map(String::as_str))
+                .collect(),
+        }
+    }
+}

@@ -29,16 +29,21 @@ pub struct Args {
 
 pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
-    let read = ws.read_ledger()?;
-    super::ui::warn_partial(&ws, &read);
-    let cfg =
-        Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     let selector = match (&args.since, &args.call) {
         (Some(c), _) => Selector::To(c.clone()),
         (_, Some(c)) => Selector::Call(c.clone()),
         _ => Selector::Everything,
     };
-    let report = rollback::dry_plan(&ws, &cfg, &read.records, selector)?;
+    // Everything in effect is planned from the reduced view, as `status`
+    // plans it.
+    let use_view =
+        selector == Selector::Everything && std::env::var_os("CKPT_TEST_NO_VIEW").is_none();
+    let source = ckpt::ledger_view::Source::read(&ws, use_view)?;
+    let (records, read) = (source.records(), source.read_info());
+    super::ui::warn_partial(&ws, read);
+    let cfg =
+        Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
+    let report = rollback::dry_plan(&ws, &cfg, records, selector)?;
     let mut out = Vec::new();
     let mut files = Vec::new();
     let mut held = Vec::new();

@@ -8,7 +8,7 @@
 //! the way of one: a conflict). Files an undo already restored are not
 //! listed, and are not "changed by someone else".
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use ckpt::config::Config;
 use ckpt::record::{Body, CallStatus, Resolution};
@@ -41,30 +41,17 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     // A long history is planned from its reduced view (`index/view.bin`);
     // `CKPT_TEST_NO_VIEW` reads it whole, for tests to compare.
-    let reduced = match std::env::var_os("CKPT_TEST_NO_VIEW") {
-        Some(_) => None,
-        None => ckpt::ledger_view::read(&ws)?,
-    };
-    let whole;
-    let (records, read) = match &reduced {
-        Some(r) => (&r.records, &r.read),
-        None => {
-            whole = ws.read_ledger()?;
-            (&whole.records, &whole)
-        }
-    };
+    let source =
+        ckpt::ledger_view::Source::read(&ws, std::env::var_os("CKPT_TEST_NO_VIEW").is_none())?;
+    let (records, read) = (source.records(), source.read_info());
     super::ui::warn_partial(&ws, read);
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     let report = rollback::dry_plan(&ws, &cfg, records, Selector::Everything)?;
-    let mut call_of: HashMap<&str, &str> = HashMap::new();
     let mut calls: BTreeMap<String, (String, CallStatus)> = BTreeMap::new();
     let mut conflicts: BTreeMap<String, Resolution> = BTreeMap::new();
     for r in records {
         match &r.body {
-            Body::FilePatch(p) => {
-                call_of.insert(&p.patch, &p.call);
-            }
             Body::ToolCall(c) => {
                 // An end ckpt wrote without knowing the outcome leaves the
                 // call in doubt, as `recover` reports it.
@@ -95,14 +82,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         {
             continue;
         }
-        let mut by: Vec<&str> = match &reduced {
-            Some(r) => r.calls_of(&f.patches),
-            None => f
-                .patches
-                .iter()
-                .filter_map(|p| call_of.get(p.as_str()).copied())
-                .collect(),
-        };
+        let mut by: Vec<&str> = source.calls_of(&f.patches);
         by.reverse();
         by.dedup();
         let theirs = matches!(f.result, FileResult::Merged | FileResult::Conflict);

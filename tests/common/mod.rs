@@ -395,8 +395,9 @@ pub fn copy_workspace(env: &TestEnv) -> TestEnv {
     other
 }
 
-/// `ckpt status --json` planned from the reduced view (`index/view.bin`)
-/// says byte for byte what the whole read says (`CKPT_TEST_NO_VIEW`).
+/// `ckpt status --json` and `ckpt diff` planned from the reduced view
+/// (`index/view.bin`) say byte for byte what the whole read says
+/// (`CKPT_TEST_NO_VIEW`).
 pub fn status_view_agrees(env: &TestEnv, when: &str) -> serde_json::Value {
     let whole = env.ckpt_env(&["status", "--json"], &[("CKPT_TEST_NO_VIEW", "1")]);
     let view = env.ckpt(&["status", "--json"]);
@@ -409,6 +410,14 @@ pub fn status_view_agrees(env: &TestEnv, when: &str) -> serde_json::Value {
         view.stdout, whole.stdout,
         "{when}: status from the view (left) differs from the whole read's: {}",
         view.stderr
+    );
+    let whole_diff = env.ckpt_env(&["diff"], &[("CKPT_TEST_NO_VIEW", "1")]);
+    let view_diff = env.ckpt(&["diff"]);
+    assert_eq!(
+        (view_diff.code, &view_diff.stdout),
+        (whole_diff.code, &whole_diff.stdout),
+        "{when}: diff from the view (left) differs from the whole read's: {}",
+        view_diff.stderr
     );
     whole.json()
 }
