@@ -38,6 +38,26 @@ pub fn is_agent(p: &FilePatch) -> bool {
     !matches!(p.source, PatchSource::Rollback | PatchSource::Watch)
 }
 
+/// Whether `p` continues the net step `net`: its before is the step's
+/// after, and the same calls could have made both (the planner makes one
+/// step of consecutive patches of a path, `rollback.rs`'s `runs`; the
+/// reduced view folds them alike).
+pub(crate) fn chains_onto(net: &FilePatch, p: &FilePatch) -> bool {
+    let chained = net.after_hash == p.before_hash
+        && (net.after_hash.is_none() || net.after_mode == p.before_mode);
+    chained && net.candidates == p.candidates
+}
+
+/// `net` followed by `p`, as one step (see [`chains_onto`]).
+pub(crate) fn extend_net(net: &mut FilePatch, p: &FilePatch) {
+    net.after_hash = p.after_hash;
+    net.after_mode = p.after_mode.clone();
+    net.after_perm = p.after_perm;
+    net.binary |= p.binary;
+    net.patch_ref = p.patch_ref.clone();
+    net.patch = p.patch.clone();
+}
+
 /// What one action planned for one path: the patches it takes out and
 /// those it puts back in.
 #[derive(Default, Clone)]

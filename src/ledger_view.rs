@@ -42,16 +42,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::effect::is_agent;
+use crate::effect::{chains_onto, extend_net, is_agent};
 use crate::ledger::{LedgerError, LedgerRead, Tail};
 use crate::paths::RelPath;
 use crate::record::{ActionType, Body, CallStatus, FilePatch, PatchOp, Record};
-use crate::rollback::{chains_onto, extend_net};
 use crate::workspace::{Workspace, WorkspaceError};
 
 const FILE: &str = "view.bin";
 const MAGIC: &[u8; 8] = b"CKPTVEW1";
 const VERSION: u32 = 1;
+/// How many of the newest plainly ended calls the view keeps the records'
+/// places of (a rollback of one reads them: `--last N`, `--call C`).
+const RECENT_CALLS: usize = 4096;
+/// How many of the newest checkpoints it keeps the places of (what git
+/// did since the one before a rolled-back change).
+const RECENT_CHECKPOINTS: usize = 256;
 /// One member on disk: seq, end, len, call offset, call length.
 const MEMBER_BYTES: usize = 8 + 8 + 4 + 8 + 4;
 
@@ -75,6 +80,10 @@ struct Run {
     members: Vec<Member>,
 }
 
+/// Where a record is: its seq, the end of its line (after the `\n`) and
+/// the line's length (without it).
+type Span = (u64, u64, u32);
+
 /// What the view keeps besides the runs, as written in the file's header.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Header {
@@ -85,8 +94,14 @@ struct Header {
     horizon: u64,
     /// Lines kept whole, by seq.
     kept: BTreeMap<u64, String>,
-    /// Calls in doubt: the seqs of their kept records.
-    open: BTreeMap<String, Vec<u64>>,
+    /// Calls in doubt: their kept records.
+    open: BTreeMap<String, Vec<Span>>,
+    /// The newest plainly ended calls, oldest first: their records.
+    recent_calls: Vec<(String, Vec<Span>)>,
+    /// The newest checkpoints, oldest first; whether older ones were
+    /// dropped.
+    recent_checkpoints: Vec<Span>,
+    checkpoints_dropped: bool,
     /// Checkpoints kept whole (a `--to` names them).
     checkpoints: BTreeSet<String>,
     complex: BTreeSet<RelPath>,
@@ -101,7 +116,10 @@ pub struct View {
     anchor: Tail,
     horizon: u64,
     kept: BTreeMap<u64, Vec<u8>>,
-    open: HashMap<String, Vec<u64>>,
+    open: HashMap<String, Vec<Span>>,
+    recent_calls: std::collections::VecDeque<(String, Vec<Span>)>,
+    recent_checkpoints: std::collections::VecDeque<Span>,
+    checkpoints_dropped: bool,
     checkpoints: BTreeSet<String>,
     complex: BTreeSet<RelPath>,
     paths: BTreeMap<RelPath, Vec<Run>>,
@@ -217,17 +235,30 @@ impl View {
                         c.status,
                         CallStatus::Started | CallStatus::Planned | CallStatus::Approved
                     );
+                let span = (r.seq, end, line.len() as u32);
                 if doubt {
                     self.kept.insert(r.seq, line.to_vec());
-                    self.open.entry(c.call.clone()).or_default().push(r.seq);
-                } else if let Some(seqs) = self.open.remove(&c.call) {
-                    for s in seqs {
-                        self.kept.remove(&s);
+                    self.open.entry(c.call.clone()).or_default().push(span);
+                } else {
+                    let mut spans = self.open.remove(&c.call).unwrap_or_default();
+                    for s in &spans {
+                        self.kept.remove(&s.0);
+                    }
+                    spans.push(span);
+                    self.recent_calls.push_back((c.call.clone(), spans));
+                    if self.recent_calls.len() > RECENT_CALLS {
+                        self.recent_calls.pop_front();
                     }
                 }
             }
             Body::Checkpoint(c) => {
                 seen.insert(c.checkpoint.clone(), (r.seq, line.to_vec()));
+                self.recent_checkpoints
+                    .push_back((r.seq, end, line.len() as u32));
+                if self.recent_checkpoints.len() > RECENT_CHECKPOINTS {
+                    self.recent_checkpoints.pop_front();
+                    self.checkpoints_dropped = true;
+                }
             }
             Body::Action(a) => {
                 for key in ["plan", "outcome"] {
@@ -363,6 +394,9 @@ impl View {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            recent_calls: self.recent_calls.iter().cloned().collect(),
+            recent_checkpoints: self.recent_checkpoints.iter().copied().collect(),
+            checkpoints_dropped: self.checkpoints_dropped,
             checkpoints: self.checkpoints.clone(),
             complex: self.complex.clone(),
             paths: self
@@ -460,6 +494,9 @@ impl View {
                     .map(|(s, l)| (s, l.into_bytes()))
                     .collect(),
                 open: head.open.into_iter().collect(),
+                recent_calls: head.recent_calls.into(),
+                recent_checkpoints: head.recent_checkpoints.into(),
+                checkpoints_dropped: head.checkpoints_dropped,
                 checkpoints: head.checkpoints,
                 complex: head.complex,
                 paths,
@@ -590,6 +627,173 @@ pub fn read(ws: &Workspace) -> Result<Option<Reduced>, WorkspaceError> {
         runs,
         call_of,
     }))
+}
+
+/// Which calls a rollback through the view takes out.
+pub(crate) enum Pick<'a> {
+    /// `--last N`: the newest N calls with a change in effect.
+    Last(usize),
+    /// `--call C`.
+    Call(&'a str),
+}
+
+/// The records a rollback of `pick` plans from: the reduced view (as
+/// [`read`] extends it, never built again here) with every path the
+/// picked calls changed read back whole, their calls' own records, and the
+/// newest checkpoints. A plan of those calls over these records is the
+/// plan over the whole ledger: a path none of them changed is planned
+/// only as far as it lies under theirs (not at all), and a folded run
+/// of such a path stands for patches of calls older than every picked one
+/// (`--last`). Also returns what the read from the view's anchor found,
+/// for the caller's damage checks. `None`: the view cannot answer (no
+/// view, a call not among the newest ended ones, no checkpoint old
+/// enough): the caller reads the whole ledger.
+pub(crate) fn for_rollback(
+    ws: &Workspace,
+    pick: Pick<'_>,
+) -> Result<Option<(Vec<Record>, LedgerRead)>, WorkspaceError> {
+    let Some(mut view) = View::load(ws) else {
+        return Ok(None);
+    };
+    if view.anchor.end == 0 {
+        return Ok(None);
+    }
+    let Some((read, grew)) = view.extend(ws, false)? else {
+        return Ok(None);
+    };
+    if grew {
+        view.save(ws);
+    }
+    let Some((mut records, runs)) = view.records() else {
+        return Ok(None);
+    };
+    let calls: BTreeSet<String> = match pick {
+        Pick::Call(c) => BTreeSet::from([c.to_string()]),
+        Pick::Last(n) => view.newest_calls(&records, &runs, n),
+    };
+    let theirs =
+        |p: &FilePatch| calls.contains(&p.call) || p.candidates.iter().any(|c| calls.contains(c));
+    // The oldest change of theirs, and the folded paths they changed.
+    let mut first = u64::MAX;
+    let mut expand = BTreeSet::new();
+    for (path, rs) in &view.paths {
+        for m in rs.iter().flat_map(|r| &r.members) {
+            if calls.contains(view.call(m)) {
+                expand.insert(path.clone());
+                first = first.min(m.seq);
+            }
+        }
+    }
+    for r in &records {
+        if let Body::FilePatch(p) = &r.body
+            && !runs.contains_key(&p.patch)
+            && theirs(p)
+        {
+            first = first.min(r.seq);
+        }
+    }
+    if first == u64::MAX {
+        // Nothing of theirs in the view: the whole read says what.
+        return Ok(None);
+    }
+    let mut spans: Vec<Span> = Vec::new();
+    for path in &expand {
+        let members = view.paths.get(path).into_iter().flatten();
+        spans.extend(
+            members
+                .flat_map(|r| &r.members)
+                .map(|m| (m.seq, m.end, m.len)),
+        );
+    }
+    let mut ended = BTreeSet::new();
+    for c in &calls {
+        let found: Vec<Span> = view
+            .recent_calls
+            .iter()
+            .filter(|(x, _)| x == c)
+            .flat_map(|(_, s)| s.iter().copied())
+            .collect();
+        if found.is_empty() && !view.open.contains_key(c) {
+            return Ok(None);
+        }
+        if !found.is_empty() {
+            ended.insert(c.as_str());
+        }
+        spans.extend(found);
+    }
+    spans.extend(view.recent_checkpoints.iter().copied());
+    let Some(lines) = ws.ledger().read_lines_at(&spans)? else {
+        return Ok(None);
+    };
+    let read_back: Vec<Record> = lines.into_iter().map(|(_, r)| r).collect();
+    // Each ended call read from its start (the plan dates the directories
+    // it made from it), and a checkpoint before its changes unless every
+    // checkpoint is here.
+    for c in &ended {
+        let started = read_back
+            .iter()
+            .any(|r| matches!(&r.body, Body::ToolCall(t) if t.call == *c && t.step == 1));
+        if !started {
+            return Ok(None);
+        }
+    }
+    let before = read_back
+        .iter()
+        .any(|r| matches!(&r.body, Body::Checkpoint(k) if k.upto_seq < first));
+    if view.checkpoints_dropped && !before {
+        return Ok(None);
+    }
+    records.retain(|r| match &r.body {
+        Body::FilePatch(p) => runs
+            .get(&p.patch)
+            .is_none_or(|(path, _)| !expand.contains(path)),
+        _ => true,
+    });
+    let have: std::collections::HashSet<u64> = records.iter().map(|r| r.seq).collect();
+    records.extend(read_back.into_iter().filter(|r| !have.contains(&r.seq)));
+    records.sort_by_key(|r| r.seq);
+    records.dedup_by_key(|r| r.seq);
+    Ok(Some((records, read)))
+}
+
+impl View {
+    /// The newest `n` calls with a change in effect, as `--last N` picks
+    /// them over the whole ledger: by their newest change in effect. Every
+    /// folded patch is in effect; a run offers at most its newest `n`
+    /// calls, which is all a pick of `n` can take from it.
+    fn newest_calls(&self, records: &[Record], runs: &RunIds, n: usize) -> BTreeSet<String> {
+        let now = crate::effect::Effects::replay(records, None);
+        let mut cand: Vec<(u64, &str)> = now
+            .live_agent()
+            .into_iter()
+            .filter(|(_, p)| !runs.contains_key(&p.patch))
+            .map(|(r, p)| (r.seq, p.call.as_str()))
+            .collect();
+        for run in self.paths.values().flatten() {
+            let mut seen: Vec<&str> = Vec::new();
+            for m in run.members.iter().rev() {
+                let c = self.call(m);
+                if !seen.contains(&c) {
+                    if seen.len() == n {
+                        break;
+                    }
+                    seen.push(c);
+                }
+                cand.push((m.seq, c));
+            }
+        }
+        cand.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
+        let mut order: Vec<&str> = Vec::new();
+        for (_, c) in cand {
+            if !order.contains(&c) {
+                if order.len() == n {
+                    break;
+                }
+                order.push(c);
+            }
+        }
+        order.into_iter().map(str::to_string).collect()
+    }
 }
 
 /// What a plan of everything in effect reads: the reduced view, or the

@@ -293,9 +293,9 @@ pub fn rollback(
     opts: &RollbackOptions,
 ) -> Result<RollbackReport, WorkspaceError> {
     if opts.dry_run {
-        let read = read_whole(ws, opts.selector.checkpoint())?;
+        let records = plan_records(ws, &opts.selector)?;
         let id = ws.clock().new_id("act_");
-        let mut report = plan(ws, cfg, &read.records, opts, id)?;
+        let mut report = plan(ws, cfg, &records, opts, id)?;
         report.closed = pending_closes(ws);
         return Ok(report);
     }
@@ -326,9 +326,9 @@ pub(crate) fn rollback_locked(
         })?
     };
     crate::hook::flush_user_edits(ws, None)?;
-    let read = read_whole(ws, opts.selector.checkpoint())?;
+    let records = plan_records(ws, &opts.selector)?;
     let id = ws.clock().new_id("act_");
-    let mut report = plan(ws, cfg, &read.records, opts, id)?;
+    let mut report = plan(ws, cfg, &records, opts, id)?;
     report.closed = closed;
     if report.files.is_empty() && matches!(opts.selector, Selector::Undo | Selector::Redo) {
         // Nothing to undo or redo: nothing recorded.
@@ -336,7 +336,7 @@ pub(crate) fn rollback_locked(
     }
     let target = opts.selector.target(&report);
     run_plan(ws, &mut report, target)?;
-    report.git = git_moved(ws, &read.records, &opts.selector, &report);
+    report.git = git_moved(ws, &records, &opts.selector, &report);
     Ok(report)
 }
 
@@ -382,6 +382,29 @@ fn git_moved(
     };
     let moved = crate::git::moved_since(ws.root(), &state, &written, &file_id)?;
     (moved.head.is_some() || !moved.staged.is_empty()).then_some((id, moved))
+}
+
+/// The records a plan of `sel` reads, refused if damaged: for `--last`
+/// and `--call`, the reduced view with those calls' paths read back
+/// ([`crate::ledger_view::for_rollback`]: damage is looked for from the
+/// view's anchor on, as `recover` looks from its cut); else, or when the
+/// view cannot answer, the whole ledger ([`read_whole`]).
+fn plan_records(ws: &Workspace, sel: &Selector) -> Result<Vec<Record>, WorkspaceError> {
+    use crate::ledger_view::Pick;
+    let pick = match sel {
+        Selector::Last(n) => Some(Pick::Last(*n)),
+        Selector::Call(c) => Some(Pick::Call(c)),
+        _ => None,
+    };
+    if let Some(pick) = pick.filter(|_| !ws.whole_reads()) {
+        // The head anchor is written after each append: read it first.
+        let head = crate::ledger::head_state(ws.runtime_dir().as_fd());
+        if let Some((records, read)) = crate::ledger_view::for_rollback(ws, pick)? {
+            ws.refuse_damaged(&read, head, "ckpt will not act", None)?;
+            return Ok(records);
+        }
+    }
+    Ok(read_whole(ws, sel.checkpoint())?.records)
 }
 
 /// The whole ledger, refused if damaged at any anchor `verify` checks
@@ -1772,8 +1795,8 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
         }
         if let Some(&i) = open.get(&p.path) {
             let (net, ids) = &mut steps[i];
-            if chains_onto(net, p) {
-                extend_net(net, p);
+            if effect::chains_onto(net, p) {
+                effect::extend_net(net, p);
                 // Oldest first while building (a file edited by k calls
                 // would otherwise cost k² moves), newest first at the end.
                 ids.push(p.patch.clone());
@@ -1787,24 +1810,6 @@ fn runs(picked: &[&FilePatch]) -> Vec<(FilePatch, Vec<String>)> {
         ids.reverse();
     }
     steps
-}
-
-/// Whether `p` continues the net step `net` (see [`runs`]): its before is
-/// the step's after, and the same calls could have made both.
-pub(crate) fn chains_onto(net: &FilePatch, p: &FilePatch) -> bool {
-    let chained = net.after_hash == p.before_hash
-        && (net.after_hash.is_none() || net.after_mode == p.before_mode);
-    chained && net.candidates == p.candidates
-}
-
-/// `net` followed by `p` as one step (see [`runs`]).
-pub(crate) fn extend_net(net: &mut FilePatch, p: &FilePatch) {
-    net.after_hash = p.after_hash;
-    net.after_mode = p.after_mode.clone();
-    net.after_perm = p.after_perm;
-    net.binary |= p.binary;
-    net.patch_ref = p.patch_ref.clone();
-    net.patch = p.patch.clone();
 }
 
 /// The agent changes a step's change was made on that are out of effect

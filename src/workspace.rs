@@ -137,6 +137,10 @@ pub struct OpenOptions {
     /// Told how far long operations have got (reading a big ledger,
     /// `verify`'s content checks, `gc`); the binary draws it on a terminal.
     pub progress: Option<crate::progress::Sink>,
+    /// Plans read the whole ledger, never its reduced view
+    /// (`index/view.bin`, see [`crate::ledger_view`]); the binary sets it
+    /// from `CKPT_TEST_NO_VIEW`, for tests to compare the two.
+    pub whole_reads: bool,
 }
 
 /// What `ckpt init` did.
@@ -171,6 +175,8 @@ pub struct Workspace {
     on_big_tables: std::sync::Mutex<Option<BigTablesHook>>,
     /// [`OpenOptions::progress`].
     progress: Option<crate::progress::Sink>,
+    /// [`OpenOptions::whole_reads`].
+    whole_reads: bool,
 }
 
 impl Drop for Workspace {
@@ -369,6 +375,7 @@ impl Workspace {
             short_lived,
             on_big_tables,
             progress,
+            whole_reads,
             ..
         } = opts;
         let mut confined =
@@ -397,6 +404,7 @@ impl Workspace {
             short_lived,
             on_big_tables: std::sync::Mutex::new(Some(on_big_tables)),
             progress,
+            whole_reads,
         })
     }
 
@@ -523,6 +531,11 @@ impl Workspace {
             roots.push(c);
         }
         RelPath::from_input(input, &roots, base)
+    }
+
+    /// Whether plans read the whole ledger ([`OpenOptions::whole_reads`]).
+    pub fn whole_reads(&self) -> bool {
+        self.whole_reads
     }
 
     /// A cache file of `index/`: `None` when missing, unreadable or over

@@ -764,6 +764,27 @@ impl H {
         }
     }
 
+    /// A `--call`/`--last` rollback planned from the reduced view (the
+    /// calls' paths read back, once a `status` has left a view) plans what
+    /// the whole read plans: the dry runs' documents are the same, ids
+    /// included (one fixed clock for both).
+    fn plan_from_the_view_matches_the_whole_read(&mut self, args: &[String]) {
+        count("rollback plan: view against whole read");
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        a.extend(["--dry-run", "--json"]);
+        let clock = [("CKPT_TIMESTAMP", "1796000000"), ("CKPT_ID_SEED", "7")];
+        let whole = self
+            .env
+            .ckpt_env(&a, &[FAST, clock[0], clock[1], ("CKPT_TEST_NO_VIEW", "1")]);
+        let view = self.env.ckpt_env(&a, &[FAST, clock[0], clock[1]]);
+        assert_eq!(
+            (view.code, &view.stdout),
+            (whole.code, &whole.stdout),
+            "{args:?}: the plan from the view (left) differs from the whole read's: {}",
+            view.stderr
+        );
+    }
+
     /// `status` planned from the reduced view (`index/view.bin`, extended
     /// since the last step that read it) says what the whole read says.
     fn status_from_the_view_matches_the_whole_read(&mut self) {
@@ -1523,6 +1544,9 @@ impl H {
                 (vec!["redo".into()], plan, Kind::Redo, target)
             }
         };
+        if matches!(sel, Sel::Call(_) | Sel::Last(_)) {
+            self.plan_from_the_view_matches_the_whole_read(&args);
+        }
         let before_tree = tree(&self.env.ws, &[".agent-runtime", ".git"]);
         let Some(a) = self.run_rollback(args, plan, kind, redo_of) else {
             return;

@@ -36,8 +36,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     };
     // Everything in effect is planned from the reduced view, as `status`
     // plans it.
-    let use_view =
-        selector == Selector::Everything && std::env::var_os("CKPT_TEST_NO_VIEW").is_none();
+    let use_view = selector == Selector::Everything && !ws.whole_reads();
     let source = ckpt::ledger_view::Source::read(&ws, use_view)?;
     let (records, read) = (source.records(), source.read_info());
     super::ui::warn_partial(&ws, read);

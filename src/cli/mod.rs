@@ -113,6 +113,7 @@ struct Env {
     fsync: ckpt::durable::Fsync,
     portable: bool,
     no_color: bool,
+    whole_reads: bool,
 }
 
 fn read_env() -> Result<Env, CommandError> {
@@ -148,6 +149,8 @@ fn read_env() -> Result<Env, CommandError> {
         // Tests: the portable path where a Linux-only call has one.
         portable: std::env::var("CKPT_TEST_PORTABLE").is_ok_and(|v| v == "1"),
         no_color: std::env::var_os("NO_COLOR").is_some(),
+        // Tests: plans read the whole ledger, not its reduced view.
+        whole_reads: std::env::var_os("CKPT_TEST_NO_VIEW").is_some(),
     })
 }
 
@@ -160,6 +163,7 @@ pub struct Ctx {
     clock: Option<(u64, u64)>,
     fsync: ckpt::durable::Fsync,
     portable: bool,
+    whole_reads: bool,
 }
 
 impl Ctx {
@@ -181,6 +185,7 @@ impl Ctx {
             short_lived: true,
             on_big_tables: crate::alloc::big_tables_hook(),
             progress: Some(ui::progress),
+            whole_reads: self.whole_reads,
         }
     }
 
@@ -332,6 +337,7 @@ pub fn main() -> i32 {
         clock: env.clock,
         fsync: env.fsync,
         portable: env.portable,
+        whole_reads: env.whole_reads,
     };
     let result = match &cli.command {
         Command::Init(a) => init::run(&mut ui, &ctx, a),

@@ -41,8 +41,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     // A long history is planned from its reduced view (`index/view.bin`);
     // `CKPT_TEST_NO_VIEW` reads it whole, for tests to compare.
-    let source =
-        ckpt::ledger_view::Source::read(&ws, std::env::var_os("CKPT_TEST_NO_VIEW").is_none())?;
+    let source = ckpt::ledger_view::Source::read(&ws, !ws.whole_reads())?;
     let (records, read) = (source.records(), source.read_info());
     super::ui::warn_partial(&ws, read);
     let cfg =
