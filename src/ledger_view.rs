@@ -222,9 +222,9 @@ impl View {
                     let runs = self.paths.entry(p.path.clone()).or_default();
                     push_patch(runs, m, p, self.horizon);
                 } else {
-                    self.make_complex(ws, &p.path)?;
+                    self.seal(&p.path);
                     if let Some(f) = &p.from_path {
-                        self.make_complex(ws, f)?;
+                        self.seal(f);
                     }
                     self.kept.insert(r.seq, line.to_vec());
                 }
@@ -261,20 +261,38 @@ impl View {
                 }
             }
             Body::Action(a) => {
-                for key in ["plan", "outcome"] {
-                    let v = if key == "plan" { &a.plan } else { &a.outcome };
+                // The paths it covers, and per path the patches it names
+                // (takes out, puts back): those, and every later patch of
+                // the path, are read back and kept whole. A `--to` resets
+                // every patch of its paths: they are all kept whole.
+                let reset = a.target.get("to").is_some();
+                let mut named: BTreeMap<RelPath, BTreeSet<String>> = BTreeMap::new();
+                for v in [&a.plan, &a.outcome] {
                     let files = v
                         .as_ref()
                         .and_then(|v| v.get("files"))
                         .and_then(Value::as_array);
                     for f in files.into_iter().flatten() {
-                        if let Some(path) = f
+                        let Some(path) = f
                             .get("path")
                             .and_then(|p| serde_json::from_value::<RelPath>(p.clone()).ok())
-                        {
-                            self.make_complex(ws, &path)?;
+                        else {
+                            continue;
+                        };
+                        let ids = named.entry(path).or_default();
+                        for k in ["patches", "redone"] {
+                            let list = f.get(k).and_then(Value::as_array);
+                            ids.extend(
+                                list.into_iter()
+                                    .flatten()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_string),
+                            );
                         }
                     }
+                }
+                for (path, ids) in &named {
+                    self.unfold(ws, path, (!reset).then_some(ids))?;
                 }
                 if let Some(ck) = a.target.get("to").and_then(Value::as_str)
                     && !self.checkpoints.contains(ck)
@@ -333,16 +351,49 @@ impl View {
             .collect())
     }
 
-    /// `path` from now on keeps its patches whole.
-    fn make_complex(&mut self, ws: &Workspace, path: &RelPath) -> Result<(), Rebuild> {
-        if !self.complex.insert(path.clone()) {
-            return Ok(());
-        }
+    /// `path` from now on keeps its patches whole (a rename, a ckpt
+    /// patch, doubt between calls or an action names it); what was folded
+    /// before stays folded: the plan steps over it as before.
+    fn seal(&mut self, path: &RelPath) {
+        self.complex.insert(path.clone());
+    }
+
+    /// `path`'s folded patches from the first one `named` names on (all
+    /// of them when `None`) are read back and kept whole; those before it
+    /// are folded again; the path is sealed.
+    fn unfold(
+        &mut self,
+        ws: &Workspace,
+        path: &RelPath,
+        named: Option<&BTreeSet<String>>,
+    ) -> Result<(), Rebuild> {
+        self.seal(path);
         let Some(runs) = self.paths.remove(path) else {
             return Ok(());
         };
-        for (_, line, r) in Self::read_members(ws, &runs)? {
-            self.kept.insert(r.seq, line);
+        let members = Self::read_members(ws, &runs)?;
+        let is_named = |r: &Record| match (&r.body, named) {
+            (_, None) => true,
+            (Body::FilePatch(p), Some(ids)) => ids.contains(&p.patch),
+            _ => false,
+        };
+        let Some(from) = members.iter().position(|(_, _, r)| is_named(r)) else {
+            self.paths.insert(path.clone(), runs);
+            return Ok(());
+        };
+        let mut before = Vec::new();
+        for (i, (m, line, r)) in members.into_iter().enumerate() {
+            if i >= from {
+                self.kept.insert(r.seq, line);
+                continue;
+            }
+            let Body::FilePatch(p) = &r.body else {
+                return Err(Rebuild);
+            };
+            push_patch(&mut before, m, p, self.horizon);
+        }
+        if !before.is_empty() {
+            self.paths.insert(path.clone(), before);
         }
         Ok(())
     }
@@ -589,6 +640,7 @@ fn push_patch(runs: &mut Vec<Run>, m: Member, p: &FilePatch, horizon: u64) {
 /// ledger's cut, say): the caller reads the whole ledger.
 pub fn read(ws: &Workspace) -> Result<Option<Reduced>, WorkspaceError> {
     let mut view = View::load(ws).unwrap_or_default();
+    crate::timing("view: loaded");
     let mut got = None;
     if view.anchor.end > 0 {
         got = view.extend(ws, false)?;
@@ -603,13 +655,16 @@ pub fn read(ws: &Workspace) -> Result<Option<Reduced>, WorkspaceError> {
             }
         }
     };
+    crate::timing("view: extended");
     // Damage seen here stops every writer until `ckpt repair`.
     ws.ledger().note_damage(&read);
     let Some((records, runs)) = view.records() else {
         return Ok(None);
     };
+    crate::timing("view: records");
     if grew && read.corruption.is_none() && read.torn.is_none() {
         view.save(ws);
+        crate::timing("view: saved");
     }
     let call_of = records
         .iter()

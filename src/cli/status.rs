@@ -47,6 +47,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let cfg =
         Config::load(ws.runtime_dir()).map_err(|e| CommandError::new(ERROR, e.to_string()))?;
     let report = rollback::dry_plan(&ws, &cfg, records, Selector::Everything)?;
+    ckpt::timing("status: planned");
     let mut calls: BTreeMap<String, (String, CallStatus)> = BTreeMap::new();
     let mut conflicts: BTreeMap<String, Resolution> = BTreeMap::new();
     for r in records {
@@ -121,6 +122,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         .collect();
     // Whether each call's agent still works on it, or is gone (then the
     // next recover or rollback records what it changed).
+    ckpt::timing("status: listed");
     let running = ckpt::hook::running_calls(&ws);
     let gone: BTreeSet<String> = ckpt::hook::closable_calls(&ws, ckpt::hook::Close::AgentGone)
         .into_iter()
@@ -146,7 +148,9 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         super::ui::note(&format!("warning: {}; fix: {}", p.what, p.fix));
     }
     // What ckpt holds no copy of: a shell call that changes it cannot be undone.
+    ckpt::timing("status: hooks checked");
     let unprotected = ckpt::scan::unprotected(&ws, &cfg);
+    ckpt::timing("status: unprotected");
     // History `ckpt gc` collected: its changes are neither shown nor undoable.
     let collected_upto = ckpt::gc::horizon(records);
     // Past the budget even after the last collection: said, with what to do.
