@@ -74,8 +74,10 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         .iter()
         .filter_map(|f| f.renamed_to.as_ref())
         .collect();
-    let mut agent_files = Vec::new();
-    let mut user_edited = Vec::new();
+    // Each file the agent changed, with its calls oldest first. (Made
+    // into JSON only for `--json`: a file a long session edited names
+    // hundreds of calls.)
+    let mut rows: Vec<(&PlannedFile, Vec<&str>)> = Vec::new();
     for f in &report.files {
         if f.result == FileResult::Unchanged
             || (f.result == FileResult::Recreated && rename_sources.contains(&f.path))
@@ -85,27 +87,18 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         let mut by: Vec<&str> = source.calls_of(&f.patches);
         by.reverse();
         by.dedup();
-        let theirs = matches!(f.result, FileResult::Merged | FileResult::Conflict);
-        let mut o = serde_json::json!({
-            "path": f.path,
-            "status": letter(f, &report),
-            "calls": by,
-            "user_edited": theirs,
-            "rollback": f.result.as_str(),
-        });
-        if let Some(to) = &f.renamed_to {
-            o["renamed_from"] = serde_json::json!(to);
-        }
-        if let Some(n) = &f.note {
-            o["note"] = serde_json::json!(n);
-        }
-        if theirs {
-            user_edited.push(serde_json::json!({
-                "path": f.path, "current_hash": f.from.hash, "conflict": f.result == FileResult::Conflict,
-            }));
-        }
-        agent_files.push(o);
+        rows.push((f, by));
     }
+    let theirs = |f: &PlannedFile| matches!(f.result, FileResult::Merged | FileResult::Conflict);
+    let user_edited: Vec<serde_json::Value> = rows
+        .iter()
+        .filter(|(f, _)| theirs(f))
+        .map(|(f, _)| {
+            serde_json::json!({
+                "path": f.path, "current_hash": f.from.hash, "conflict": f.result == FileResult::Conflict,
+            })
+        })
+        .collect();
     let open_conflicts = conflicts
         .values()
         .filter(|r| **r == Resolution::Pending)
@@ -168,7 +161,22 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             "collected_upto_seq": (collected_upto > 0).then_some(collected_upto),
             "hook_problems": hook_problems,
             "unprotected": unprotected,
-            "agent_files": agent_files,
+            "agent_files": rows.iter().map(|(f, by)| {
+                let mut o = serde_json::json!({
+                    "path": f.path,
+                    "status": letter(f, &report),
+                    "calls": by,
+                    "user_edited": theirs(f),
+                    "rollback": f.result.as_str(),
+                });
+                if let Some(to) = &f.renamed_to {
+                    o["renamed_from"] = serde_json::json!(to);
+                }
+                if let Some(n) = &f.note {
+                    o["note"] = serde_json::json!(n);
+                }
+                o
+            }).collect::<Vec<_>>(),
             "user_edited": user_edited,
             "conflicts": open_conflicts,
             "uncertain": in_doubt.len(),
@@ -176,27 +184,25 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
         }))?;
         return Ok(OK);
     }
-    if agent_files.is_empty() {
+    if rows.is_empty() {
         ui.line("no agent change is in the working tree")?;
     } else {
         ui.line(&format!(
             "the agent's changes in the working tree ({} file{}):",
-            agent_files.len(),
-            if agent_files.len() == 1 { "" } else { "s" }
+            rows.len(),
+            if rows.len() == 1 { "" } else { "s" }
         ))?;
-        for f in &agent_files {
-            let path = match f.get("renamed_from").and_then(|v| v.as_str()) {
-                Some(from) => format!("{from} -> {}", f["path"].as_str().unwrap_or("")),
-                None => f["path"].as_str().unwrap_or("").to_string(),
+        for (f, calls) in &rows {
+            let path = match &f.renamed_to {
+                Some(from) => format!("{} -> {}", from.display(), f.path.display()),
+                None => f.path.display().to_string(),
             };
-            let calls: Vec<&str> = f["calls"]
-                .as_array()
-                .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
-                .unwrap_or_default();
-            let mark = match f["rollback"].as_str() {
-                Some("merged") => "  (with your edits, which a rollback keeps)",
-                Some("conflict") => "  (your edits overlap the agent's: a rollback would conflict)",
-                Some("failed") => "  (a rollback could not take this back now)",
+            let mark = match f.result {
+                FileResult::Merged => "  (with your edits, which a rollback keeps)",
+                FileResult::Conflict => {
+                    "  (your edits overlap the agent's: a rollback would conflict)"
+                }
+                FileResult::Failed => "  (a rollback could not take this back now)",
                 _ => "",
             };
             // Oldest first; a file a long session edited hundreds of times
@@ -207,10 +213,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             } else {
                 calls.join(", ")
             };
-            ui.line(&format!(
-                "  {}  {path}  by {by}{mark}",
-                f["status"].as_str().unwrap_or("?"),
-            ))?;
+            ui.line(&format!("  {}  {path}  by {by}{mark}", letter(f, &report)))?;
         }
     }
     if collected_upto > 0 {
