@@ -49,8 +49,14 @@ use crate::record::{ActionType, Body, CallStatus, FilePatch, PatchOp, Record};
 use crate::workspace::{Workspace, WorkspaceError};
 
 const FILE: &str = "view.bin";
-const MAGIC: &[u8; 8] = b"CKPTVEW1";
-const VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"CKPTVEW2";
+/// The folded patches (places and calls), read only by what needs them.
+const MEMBERS_FILE: &str = "view-members.bin";
+const MEMBERS_MAGIC: &[u8; 8] = b"CKPTVWM1";
+const VERSION: u32 = 2;
+/// How many of a run's newest calls its summary names (`status` shows
+/// four, or three and how many came before).
+const SUMMARY_CALLS: usize = 4;
 /// How many of the newest plainly ended calls the view keeps the records'
 /// places of (a rollback of one reads them: `--last N`, `--call C`).
 const RECENT_CALLS: usize = 4096;
@@ -76,13 +82,34 @@ struct Member {
 #[derive(Debug, Clone)]
 struct Run {
     net: FilePatch,
-    /// Oldest first.
+    /// How many patches it folds.
+    count: u32,
+    /// The seq of the newest.
+    seq: u64,
+    /// Oldest first (empty until the members file is read).
     members: Vec<Member>,
+    /// Its calls in brief, as stored (`None` once members changed).
+    summary: Option<Summary>,
+}
+
+/// A run's calls in brief, for `status`'s lines: newest first, a call
+/// repeated by consecutive patches counted once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Summary {
+    /// How many.
+    distinct: u64,
+    /// The oldest.
+    oldest: String,
+    /// The newest few.
+    newest: Vec<String>,
 }
 
 /// Where a record is: its seq, the end of its line (after the `\n`) and
 /// the line's length (without it).
 type Span = (u64, u64, u32);
+
+/// A run as the main file holds it: net patch, count, newest seq, summary.
+type StoredRun = (FilePatch, u32, u64, Summary);
 
 /// What the view keeps besides the runs, as written in the file's header.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -105,9 +132,10 @@ struct Header {
     /// Checkpoints kept whole (a `--to` names them).
     checkpoints: BTreeSet<String>,
     complex: BTreeSet<RelPath>,
-    /// Per simple path, its runs' net patches and member counts.
-    paths: Vec<(RelPath, Vec<(FilePatch, u32)>)>,
-    calls_len: u64,
+    /// Per simple path, its runs: net patch, member count, summary.
+    paths: Vec<(RelPath, Vec<StoredRun>)>,
+    /// The members file's checksum (its last 32 bytes, hex).
+    members_check: String,
 }
 
 /// The reduced ledger (see the module doc).
@@ -124,6 +152,10 @@ pub struct View {
     complex: BTreeSet<RelPath>,
     paths: BTreeMap<RelPath, Vec<Run>>,
     calls: Vec<u8>,
+    /// Whether the runs' members are read (or the view was built here).
+    members_loaded: bool,
+    /// The stored members file's checksum.
+    members_check: String,
 }
 
 /// Why a fold cannot go on from where the view stands: build it again.
@@ -147,13 +179,11 @@ pub struct Reduced {
 impl Reduced {
     /// The calls of the patches a report lists (`PlannedFile::patches`), in
     /// that order: a run's net patch stands for all of its patches, newest
-    /// first.
+    /// first. Needs the members ([`Source::read`] with `all_calls`).
     pub fn calls_of<'a>(&'a self, ids: &'a [String]) -> Vec<&'a str> {
         let mut out = Vec::new();
         for id in ids {
-            if let Some((path, i)) = self.runs.get(id)
-                && let Some(run) = self.view.paths.get(path).and_then(|r| r.get(*i))
-            {
+            if let Some(run) = self.run(id) {
                 out.extend(run.members.iter().rev().map(|m| self.view.call(m)));
             } else if let Some(c) = self.call_of.get(id) {
                 out.push(c);
@@ -162,20 +192,73 @@ impl Reduced {
         out
     }
 
-    /// How many patches the report's lists stand for.
-    pub fn patch_count(&self, ids: &[String]) -> usize {
-        ids.iter()
-            .map(|id| match self.runs.get(id) {
-                Some((path, i)) => self
-                    .view
-                    .paths
-                    .get(path)
-                    .and_then(|r| r.get(*i))
-                    .map_or(1, |r| r.members.len()),
-                None => 1,
-            })
-            .sum()
+    fn run(&self, id: &str) -> Option<&Run> {
+        let (path, i) = self.runs.get(id)?;
+        self.view.paths.get(path)?.get(*i)
     }
+
+    /// [`calls_of`](Self::calls_of) oldest first, a call repeated by
+    /// consecutive patches named once: how many, and the newest `k` of
+    /// them (oldest first), from the runs' summaries.
+    pub fn calls_tail(&self, ids: &[String], k: usize) -> (usize, Vec<String>) {
+        let k = k.min(SUMMARY_CALLS);
+        let mut total = 0usize;
+        let mut newest: Vec<String> = Vec::new();
+        // The boundary: the last call of the sequence so far (newest first).
+        let mut last: Option<String> = None;
+        let mut full = false;
+        for id in ids {
+            let seg = match self.run(id) {
+                Some(run) => run_summary(&self.view, run),
+                None => match self.call_of.get(id) {
+                    Some(c) => Summary {
+                        distinct: 1,
+                        oldest: c.clone(),
+                        newest: vec![c.clone()],
+                    },
+                    None => continue,
+                },
+            };
+            let joins = last.as_deref() == seg.newest.first().map(String::as_str);
+            total += seg.distinct as usize - usize::from(joins);
+            for (i, c) in seg.newest.iter().enumerate() {
+                if full || (i == 0 && joins) {
+                    continue;
+                }
+                newest.push(c.clone());
+                full = newest.len() >= k;
+            }
+            // A segment with more calls than its summary names fills `k`.
+            full |= seg.distinct as usize > seg.newest.len();
+            last = Some(seg.oldest);
+        }
+        newest.truncate(k);
+        newest.reverse();
+        (total, newest)
+    }
+}
+
+/// A run's summary: the stored one, or made from its members.
+fn run_summary(view: &View, run: &Run) -> Summary {
+    if let Some(s) = &run.summary {
+        return s.clone();
+    }
+    let mut s = Summary::default();
+    let mut prev: Option<&str> = None;
+    for m in run.members.iter().rev() {
+        let c = view.call(m);
+        if prev != Some(c) {
+            s.distinct += 1;
+            // One more than a line shows: the first may repeat the call
+            // before the run.
+            if s.newest.len() <= SUMMARY_CALLS {
+                s.newest.push(c.to_string());
+            }
+        }
+        prev = Some(c);
+    }
+    s.oldest = prev.unwrap_or_default().to_string();
+    s
 }
 
 impl View {
@@ -203,6 +286,7 @@ impl View {
         end: u64,
         seen: &mut HashMap<String, (u64, Vec<u8>)>,
     ) -> Result<(), Rebuild> {
+        self.load_members(ws)?;
         match &r.body {
             Body::FilePatch(p) => {
                 let simple = is_agent(p)
@@ -428,7 +512,28 @@ impl View {
         Ok(())
     }
 
-    fn encode(&self) -> Option<Vec<u8>> {
+    /// The main file, and the members file when the members are read.
+    fn encode(&self) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+        let members = self.members_loaded.then(|| {
+            let n: usize = self.paths.values().flatten().map(|r| r.members.len()).sum();
+            let mut out = Vec::with_capacity(16 + self.calls.len() + n * MEMBER_BYTES + 32);
+            out.extend_from_slice(MEMBERS_MAGIC);
+            out.extend_from_slice(&(self.calls.len() as u64).to_le_bytes());
+            out.extend_from_slice(&self.calls);
+            for m in self.paths.values().flatten().flat_map(|r| &r.members) {
+                out.extend_from_slice(&m.seq.to_le_bytes());
+                out.extend_from_slice(&m.end.to_le_bytes());
+                out.extend_from_slice(&m.len.to_le_bytes());
+                out.extend_from_slice(&m.call_off.to_le_bytes());
+                out.extend_from_slice(&m.call_len.to_le_bytes());
+            }
+            crate::binfile::seal(&mut out);
+            out
+        });
+        let members_check = match &members {
+            Some(b) => crate::hash::hex(&b[b.len() - 32..]),
+            None => self.members_check.clone(),
+        };
         let header = Header {
             v: VERSION,
             seq: self.anchor.seq,
@@ -457,45 +562,83 @@ impl View {
                     (
                         p.clone(),
                         runs.iter()
-                            .map(|r| (r.net.clone(), r.members.len() as u32))
+                            .map(|r| (r.net.clone(), r.count, r.seq, run_summary(self, r)))
                             .collect(),
                     )
                 })
                 .collect(),
-            calls_len: self.calls.len() as u64,
+            members_check,
         };
-        let head = serde_json::to_vec(&header).ok()?;
-        let n: usize = self.paths.values().flatten().map(|r| r.members.len()).sum();
-        let mut out =
-            Vec::with_capacity(16 + head.len() + self.calls.len() + n * MEMBER_BYTES + 32);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&(head.len() as u64).to_le_bytes());
-        out.extend_from_slice(&head);
-        out.extend_from_slice(&self.calls);
-        for m in self.paths.values().flatten().flat_map(|r| &r.members) {
-            out.extend_from_slice(&m.seq.to_le_bytes());
-            out.extend_from_slice(&m.end.to_le_bytes());
-            out.extend_from_slice(&m.len.to_le_bytes());
-            out.extend_from_slice(&m.call_off.to_le_bytes());
-            out.extend_from_slice(&m.call_len.to_le_bytes());
-        }
+        let mut out = MAGIC.to_vec();
+        serde_json::to_writer(&mut out, &header).ok()?;
         crate::binfile::seal(&mut out);
-        Some(out)
+        Some((out, members))
     }
 
     fn decode(bytes: &[u8]) -> Option<View> {
-        crate::binfile::unseal_with(bytes, MAGIC, 8, |body| {
-            let head_len =
-                usize::try_from(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)).ok()?;
-            let head: Header =
-                serde_json::from_slice(body.get(8..8usize.checked_add(head_len)?)?).ok()?;
-            if head.v != VERSION {
+        let body = crate::binfile::unseal(bytes, MAGIC, 2)?;
+        let head: Header = serde_json::from_slice(body).ok()?;
+        if head.v != VERSION {
+            return None;
+        }
+        let mut paths = BTreeMap::new();
+        for (path, runs) in head.paths {
+            let runs: Vec<Run> = runs
+                .into_iter()
+                .map(|(net, count, seq, summary)| Run {
+                    net,
+                    count,
+                    seq,
+                    members: Vec::new(),
+                    summary: Some(summary),
+                })
+                .collect();
+            if runs.iter().any(|r| r.count == 0) {
                 return None;
             }
-            let rest = &body[8 + head_len..];
-            let calls_len = usize::try_from(head.calls_len).ok()?;
-            let calls = rest.get(..calls_len)?.to_vec();
-            let mut members = rest.get(calls_len..)?.chunks_exact(MEMBER_BYTES);
+            paths.insert(path, runs);
+        }
+        Some(View {
+            anchor: Tail {
+                seq: head.seq,
+                hash: head.hash,
+                end: head.end,
+            },
+            horizon: head.horizon,
+            kept: head
+                .kept
+                .into_iter()
+                .map(|(s, l)| (s, l.into_bytes()))
+                .collect(),
+            open: head.open.into_iter().collect(),
+            recent_calls: head.recent_calls.into(),
+            recent_checkpoints: head.recent_checkpoints.into(),
+            checkpoints_dropped: head.checkpoints_dropped,
+            checkpoints: head.checkpoints,
+            complex: head.complex,
+            paths,
+            calls: Vec::new(),
+            members_loaded: false,
+            members_check: head.members_check,
+        })
+    }
+
+    /// Reads the runs' members from the members file: it must be the one
+    /// the main file names, sound, and hold as many members as the runs.
+    fn load_members(&mut self, ws: &Workspace) -> Result<(), Rebuild> {
+        if self.members_loaded {
+            return Ok(());
+        }
+        let bytes = ws.read_index_file(MEMBERS_FILE, u64::MAX).ok_or(Rebuild)?;
+        if bytes.len() < 32 || crate::hash::hex(&bytes[bytes.len() - 32..]) != self.members_check {
+            return Err(Rebuild);
+        }
+        let paths = &mut self.paths;
+        let calls = crate::binfile::unseal_with(&bytes, MEMBERS_MAGIC, 8, |body| {
+            let calls_len =
+                usize::try_from(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)).ok()?;
+            let calls = body.get(8..8usize.checked_add(calls_len)?)?;
+            let mut members = body.get(8 + calls_len..)?.chunks_exact(MEMBER_BYTES);
             if !members.remainder().is_empty() {
                 return None;
             }
@@ -503,66 +646,52 @@ impl View {
                 |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
             let u32_at =
                 |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
-            let mut paths = BTreeMap::new();
-            for (path, runs) in head.paths {
-                let mut out = Vec::with_capacity(runs.len());
-                for (net, n) in runs {
-                    let mut ms = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        let b = members.next()?;
-                        let m = Member {
-                            seq: u64_at(b, 0),
-                            end: u64_at(b, 8),
-                            len: u32_at(b, 16),
-                            call_off: u64_at(b, 20),
-                            call_len: u32_at(b, 28),
-                        };
-                        if m.call_off.checked_add(m.call_len as u64)? > calls_len as u64 {
-                            return None;
-                        }
-                        ms.push(m);
-                    }
-                    if ms.is_empty() {
+            let mut all = Vec::new();
+            for run in paths.values().flatten() {
+                let mut ms = Vec::with_capacity(run.count as usize);
+                for _ in 0..run.count {
+                    let b = members.next()?;
+                    let m = Member {
+                        seq: u64_at(b, 0),
+                        end: u64_at(b, 8),
+                        len: u32_at(b, 16),
+                        call_off: u64_at(b, 20),
+                        call_len: u32_at(b, 28),
+                    };
+                    if m.call_off.checked_add(m.call_len as u64)? > calls_len as u64 {
                         return None;
                     }
-                    out.push(Run { net, members: ms });
+                    ms.push(m);
                 }
-                paths.insert(path, out);
+                all.push(ms);
             }
             if members.next().is_some() {
                 return None;
             }
-            Some(View {
-                anchor: Tail {
-                    seq: head.seq,
-                    hash: head.hash,
-                    end: head.end,
-                },
-                horizon: head.horizon,
-                kept: head
-                    .kept
-                    .into_iter()
-                    .map(|(s, l)| (s, l.into_bytes()))
-                    .collect(),
-                open: head.open.into_iter().collect(),
-                recent_calls: head.recent_calls.into(),
-                recent_checkpoints: head.recent_checkpoints.into(),
-                checkpoints_dropped: head.checkpoints_dropped,
-                checkpoints: head.checkpoints,
-                complex: head.complex,
-                paths,
-                calls,
-            })
+            Some((calls.to_vec(), all))
         })
+        .ok_or(Rebuild)?;
+        let (calls, all) = calls;
+        for (run, ms) in paths.values_mut().flatten().zip(all) {
+            run.members = ms;
+        }
+        self.calls = calls;
+        self.members_loaded = true;
+        Ok(())
     }
 
     fn load(ws: &Workspace) -> Option<View> {
         Self::decode(&ws.read_index_file(FILE, u64::MAX)?)
     }
 
+    /// Writes the members file (when read) before the main file that names
+    /// it.
     fn save(&self, ws: &Workspace) {
-        if let Some(bytes) = self.encode() {
-            ws.write_index_file(FILE, &bytes);
+        if let Some((main, members)) = self.encode() {
+            if let Some(m) = members {
+                ws.write_index_file(MEMBERS_FILE, &m);
+            }
+            ws.write_index_file(FILE, &main);
         }
     }
 
@@ -600,10 +729,9 @@ impl View {
         let mut runs = HashMap::new();
         for (path, rs) in &self.paths {
             for (i, run) in rs.iter().enumerate() {
-                let last = run.members.last()?;
                 runs.insert(run.net.patch.clone(), (path.clone(), i));
                 out.push(Record {
-                    seq: last.seq,
+                    seq: run.seq,
                     ts: String::new(),
                     session: None,
                     prev: None,
@@ -624,31 +752,46 @@ fn push_patch(runs: &mut Vec<Run>, m: Member, p: &FilePatch, horizon: u64) {
         if !across && chains_onto(&last.net, p) {
             extend_net(&mut last.net, p);
             last.members.push(m);
+            last.count += 1;
+            last.seq = m.seq;
+            last.summary = None;
             return;
         }
     }
     runs.push(Run {
         net: p.clone(),
+        count: 1,
+        seq: m.seq,
         members: vec![m],
+        summary: None,
     });
 }
 
 /// The reduced ledger of `ws` (see the module doc): from `index/view.bin`
 /// extended with what was appended since, or built again from the whole
 /// ledger. The view is saved when it grew and the ledger read clean.
+/// With `all_calls`, the folded patches' places and calls are read too
+/// ([`Reduced::calls_of`]; else only [`Reduced::calls_tail`] answers).
 /// `None` when no view can be had (a `--to` names a checkpoint before the
 /// ledger's cut, say): the caller reads the whole ledger.
-pub fn read(ws: &Workspace) -> Result<Option<Reduced>, WorkspaceError> {
+pub fn read(ws: &Workspace, all_calls: bool) -> Result<Option<Reduced>, WorkspaceError> {
     let mut view = View::load(ws).unwrap_or_default();
     crate::timing("view: loaded");
     let mut got = None;
     if view.anchor.end > 0 {
         got = view.extend(ws, false)?;
+        // Every call named (`calls_of`) needs the members file.
+        if got.is_some() && all_calls && view.load_members(ws).is_err() {
+            got = None;
+        }
     }
     let (read, grew) = match got {
         Some(g) => g,
         None => {
-            view = View::default();
+            view = View {
+                members_loaded: true,
+                ..View::default()
+            };
             match view.extend(ws, true)? {
                 Some(b) => b,
                 None => return Ok(None),
@@ -718,6 +861,9 @@ pub(crate) fn for_rollback(
     };
     if grew {
         view.save(ws);
+    }
+    if view.load_members(ws).is_err() {
+        return Ok(None);
     }
     let Some((mut records, runs)) = view.records() else {
         return Ok(None);
@@ -864,8 +1010,9 @@ pub enum Source {
 
 impl Source {
     /// The view when `use_view` and one can be had, else the whole ledger.
-    pub fn read(ws: &Workspace, use_view: bool) -> Result<Source, WorkspaceError> {
-        if use_view && let Some(r) = read(ws)? {
+    /// `all_calls`: [`calls_of`](Self::calls_of) will be asked.
+    pub fn read(ws: &Workspace, use_view: bool, all_calls: bool) -> Result<Source, WorkspaceError> {
+        if use_view && let Some(r) = read(ws, all_calls)? {
             return Ok(Source::Reduced(r));
         }
         let read = ws.read_ledger()?;
@@ -896,8 +1043,25 @@ impl Source {
         }
     }
 
+    /// [`Reduced::calls_tail`] of either.
+    pub fn calls_tail(&self, ids: &[String], k: usize) -> (usize, Vec<String>) {
+        match self {
+            Source::Reduced(r) => r.calls_tail(ids, k),
+            Source::Whole(..) => {
+                let mut by = self.calls_of(ids);
+                by.reverse();
+                by.dedup();
+                let older = by.len().saturating_sub(k);
+                (
+                    by.len(),
+                    by[older..].iter().map(|c| c.to_string()).collect(),
+                )
+            }
+        }
+    }
+
     /// The calls of a report's patch list (`PlannedFile::patches`), in
-    /// order (see [`Reduced::calls_of`]).
+    /// order (see [`Reduced::calls_of`]; the view's needs `all_calls`).
     pub fn calls_of<'a>(&'a self, ids: &'a [String]) -> Vec<&'a str> {
         match self {
             Source::Reduced(r) => r.calls_of(ids),

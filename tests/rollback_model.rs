@@ -799,6 +799,16 @@ impl H {
             "status from the view (left) differs from the whole read's: {}",
             view.stderr
         );
+        // Its lines name calls from the view's summaries.
+        let whole = self
+            .env
+            .ckpt_env(&["status"], &[FAST, ("CKPT_TEST_NO_VIEW", "1")]);
+        let view = self.ck(&["status"]);
+        assert_eq!(
+            view.stdout, whole.stdout,
+            "status's lines from the view (left) differ from the whole read's: {}",
+            view.stderr
+        );
     }
 
     fn verify(&mut self) {

@@ -58,6 +58,20 @@ fn a_damaged_missing_or_foreign_view_is_built_again_and_status_stays_right() {
             "{what}: the view is built again as it was"
         );
     }
+    // The members file (the folded patches' places and calls): damaged or
+    // gone, it is built again with the rest.
+    let members = env.rt().join("index/view-members.bin");
+    let good_members = std::fs::read(&members).unwrap();
+    let mut b = good_members.clone();
+    let i = b.len() / 3;
+    b[i] ^= 1;
+    std::fs::write(&members, &b).unwrap();
+    status_view_agrees(&env, "a flipped byte in the members file");
+    assert_eq!(std::fs::read(&members).unwrap(), good_members);
+    std::fs::remove_file(&members).unwrap();
+    edits(&env, 1);
+    status_view_agrees(&env, "no members file, then a call");
+    let good = std::fs::read(view(&env)).unwrap();
     std::fs::remove_file(view(&env)).unwrap();
     status_view_agrees(&env, "no view");
     assert_eq!(std::fs::read(view(&env)).unwrap(), good);

@@ -37,7 +37,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, args: &Args) -> Result<i32, CommandError> {
     // Everything in effect is planned from the reduced view, as `status`
     // plans it.
     let use_view = selector == Selector::Everything && !ws.whole_reads();
-    let source = ckpt::ledger_view::Source::read(&ws, use_view)?;
+    let source = ckpt::ledger_view::Source::read(&ws, use_view, false)?;
     let (records, read) = (source.records(), source.read_info());
     super::ui::warn_partial(&ws, read);
     let cfg =

@@ -41,7 +41,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     let ws = ctx.open()?;
     // A long history is planned from its reduced view (`index/view.bin`);
     // `CKPT_TEST_NO_VIEW` reads it whole, for tests to compare.
-    let source = ckpt::ledger_view::Source::read(&ws, !ws.whole_reads())?;
+    let source = ckpt::ledger_view::Source::read(&ws, !ws.whole_reads(), ui.json)?;
     let (records, read) = (source.records(), source.read_info());
     super::ui::warn_partial(&ws, read);
     let cfg =
@@ -77,23 +77,31 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
     // Each file the agent changed, with its calls oldest first. (Made
     // into JSON only for `--json`: a file a long session edited names
     // hundreds of calls.)
-    let mut rows: Vec<(&PlannedFile, Vec<&str>)> = Vec::new();
+    // With the number of calls: `--json` lists them all, a line names the
+    // newest few.
+    let mut rows: Vec<(&PlannedFile, Vec<String>, usize)> = Vec::new();
     for f in &report.files {
         if f.result == FileResult::Unchanged
             || (f.result == FileResult::Recreated && rename_sources.contains(&f.path))
         {
             continue;
         }
-        let mut by: Vec<&str> = source.calls_of(&f.patches);
-        by.reverse();
-        by.dedup();
-        rows.push((f, by));
+        if ui.json {
+            let mut by: Vec<&str> = source.calls_of(&f.patches);
+            by.reverse();
+            by.dedup();
+            let n = by.len();
+            rows.push((f, by.into_iter().map(str::to_string).collect(), n));
+        } else {
+            let (n, newest) = source.calls_tail(&f.patches, SHOWN_CALLS + 1);
+            rows.push((f, newest, n));
+        }
     }
     let theirs = |f: &PlannedFile| matches!(f.result, FileResult::Merged | FileResult::Conflict);
     let user_edited: Vec<serde_json::Value> = rows
         .iter()
-        .filter(|(f, _)| theirs(f))
-        .map(|(f, _)| {
+        .filter(|(f, _, _)| theirs(f))
+        .map(|(f, _, _)| {
             serde_json::json!({
                 "path": f.path, "current_hash": f.from.hash, "conflict": f.result == FileResult::Conflict,
             })
@@ -161,7 +169,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             "collected_upto_seq": (collected_upto > 0).then_some(collected_upto),
             "hook_problems": hook_problems,
             "unprotected": unprotected,
-            "agent_files": rows.iter().map(|(f, by)| {
+            "agent_files": rows.iter().map(|(f, by, _)| {
                 let mut o = serde_json::json!({
                     "path": f.path,
                     "status": letter(f, &report),
@@ -192,7 +200,7 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             rows.len(),
             if rows.len() == 1 { "" } else { "s" }
         ))?;
-        for (f, calls) in &rows {
+        for (f, calls, n) in &rows {
             let path = match &f.renamed_to {
                 Some(from) => format!("{} -> {}", from.display(), f.path.display()),
                 None => f.path.display().to_string(),
@@ -207,9 +215,13 @@ pub fn run(ui: &mut Ui, ctx: &Ctx, _args: &Args) -> Result<i32, CommandError> {
             };
             // Oldest first; a file a long session edited hundreds of times
             // names the newest few (`--json` lists every call).
-            let by = if calls.len() > SHOWN_CALLS + 1 {
-                let older = calls.len() - SHOWN_CALLS;
-                format!("{older} earlier calls, then {}", calls[older..].join(", "))
+            let by = if *n > SHOWN_CALLS + 1 {
+                let skip = calls.len().saturating_sub(SHOWN_CALLS);
+                format!(
+                    "{} earlier calls, then {}",
+                    n - SHOWN_CALLS,
+                    calls[skip..].join(", ")
+                )
             } else {
                 calls.join(", ")
             };

@@ -395,7 +395,7 @@ pub fn copy_workspace(env: &TestEnv) -> TestEnv {
     other
 }
 
-/// `ckpt status --json` and `ckpt diff` planned from the reduced view
+/// `ckpt status` (`--json` and lines) and `ckpt diff` planned from the reduced view
 /// (`index/view.bin`) say byte for byte what the whole read says
 /// (`CKPT_TEST_NO_VIEW`).
 pub fn status_view_agrees(env: &TestEnv, when: &str) -> serde_json::Value {
@@ -410,6 +410,14 @@ pub fn status_view_agrees(env: &TestEnv, when: &str) -> serde_json::Value {
         view.stdout, whole.stdout,
         "{when}: status from the view (left) differs from the whole read's: {}",
         view.stderr
+    );
+    // The lines name a file's newest calls from the view's summaries.
+    let whole_text = env.ckpt_env(&["status"], &[("CKPT_TEST_NO_VIEW", "1")]);
+    let view_text = env.ckpt(&["status"]);
+    assert_eq!(
+        view_text.stdout, whole_text.stdout,
+        "{when}: status's lines from the view (left) differ from the whole read's: {}",
+        view_text.stderr
     );
     let whole_diff = env.ckpt_env(&["diff"], &[("CKPT_TEST_NO_VIEW", "1")]);
     let view_diff = env.ckpt(&["diff"]);
