@@ -7,7 +7,13 @@
 //! cargo bench --bench ledger                      # 10k, 100k, 1M records
 //! CKPT_BENCH_QUICK=1 cargo bench --bench ledger   # 10k and 100k only
 //! CKPT_BENCH_BIN=/path/to/other/ckpt cargo bench --bench ledger
+//! CKPT_BENCH_BASELINE=/path/to/old/ckpt cargo bench --bench ledger
 //! ```
+//!
+//! With `CKPT_BENCH_BASELINE`, `status` and `rollback --last 1` also run
+//! with that binary in the same run (the code before the reduced view,
+//! 9f15a09, for BENCHMARKS.md). `status` is also timed after one more turn
+//! each time (a checkpoint and 10 Edit calls): the view then grows.
 //!
 //! A history is what weeks of agent sessions leave: turns of a checkpoint
 //! and 10 Edit calls, each call three records (`started`, `file_patch`,
@@ -112,10 +118,50 @@ fn body(i: usize, v: u64) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// One more turn of the history: a checkpoint and 10 Edit calls (the
+/// files' versions continue from a count kept beside the history).
+fn one_more_turn(ws: &Path, r: usize) {
+    let opts = OpenOptions {
+        fsync: ckpt::durable::Fsync::Off,
+        ..Default::default()
+    };
+    let w = Workspace::open(ws, opts).unwrap();
+    w.checkpoint(CheckpointOptions {
+        label: Some(format!("extra turn {r}")),
+        session: Some("bench".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    for c in 0..CALLS_PER_TURN {
+        let i = (r * CALLS_PER_TURN + c) * 13 % FILES;
+        let rel = w
+            .rel_path(format!("src/m{}/f{i}.rs", i % 20).as_bytes(), None)
+            .unwrap();
+        let now = std::fs::read(ws.join(format!("src/m{}/f{i}.rs", i % 20))).unwrap();
+        let mut call = w
+            .begin_call(CallOptions {
+                tool: "Edit".into(),
+                session: Some("bench".into()),
+                paths: vec![rel.clone()],
+                ..Default::default()
+            })
+            .unwrap();
+        let mut next = now;
+        next.extend_from_slice(format!("// extra {r}.{c}\n").as_bytes());
+        call.write_file(&rel, &next).unwrap();
+        call.finish(CallStatus::Succeeded, None).unwrap();
+    }
+}
+
 /// One whole `ckpt` process in `ws`; its wall time. Panics if it fails.
 fn run(ws: &Path, args: &[&str]) -> Duration {
+    run_with(Path::new(&hookrun::ckpt_bin()), ws, args)
+}
+
+/// [`run`] with the binary `bin`.
+fn run_with(bin: &Path, ws: &Path, args: &[&str]) -> Duration {
     let t = Instant::now();
-    let out = Command::new(hookrun::ckpt_bin())
+    let out = Command::new(bin)
         .args(args)
         .current_dir(ws)
         .stdin(Stdio::null())
@@ -161,9 +207,20 @@ fn main() {
         ("`verify`", &["verify"]),
     ];
     let runs = 5;
+    // `CKPT_BENCH_BASELINE`: the binary of the code to compare with
+    // (before the reduced view: 9f15a09), for the rows it changed.
+    let baseline = std::env::var_os("CKPT_BENCH_BASELINE").map(PathBuf::from);
+    let before: Vec<(&str, &[&str])> = match &baseline {
+        Some(_) => vec![
+            ("`status` on the baseline", &["status"]),
+            ("`rollback --last 1` on the baseline", &["rollback", "--last", "1"]),
+        ],
+        None => Vec::new(),
+    };
     // The command rows, then gc's two: one `gc --keep 10` on a copy of
-    // the history, and `status` on that copy afterwards.
-    let mut cells: Vec<Vec<Duration>> = vec![Vec::new(); commands.len() + 2];
+    // the history, and `status` on that copy afterwards; the baseline's
+    // rows; `status` after one more turn.
+    let mut cells: Vec<Vec<Duration>> = vec![Vec::new(); commands.len() + 2 + before.len() + 1];
     for &n in sizes {
         let ws = history(n);
         let size = std::fs::metadata(ws.join(".agent-runtime/ledger.jsonl"))
@@ -178,6 +235,26 @@ fn main() {
             eprintln!("ledger-{n}: {name} {}", fmt(m));
             cells[k].push(m);
         }
+        // The same on the code before the reduced view, one run apart.
+        if let Some(base) = &baseline {
+            for (k, (name, args)) in before.iter().enumerate() {
+                run_with(base, &ws, args);
+                let times: Vec<Duration> = (0..runs).map(|_| run_with(base, &ws, args)).collect();
+                let m = median(times);
+                eprintln!("ledger-{n}: {name} on the baseline {}", fmt(m));
+                cells[commands.len() + 2 + k].push(m);
+            }
+        }
+        // `status` after one more turn each time: the view grows.
+        let times: Vec<Duration> = (0..runs)
+            .map(|r| {
+                one_more_turn(&ws, r);
+                run(&ws, &["status"])
+            })
+            .collect();
+        let m = median(times);
+        eprintln!("ledger-{n}: `status` after one more turn {}", fmt(m));
+        cells[commands.len() + 2 + before.len()].push(m);
         let copy = ws.with_file_name(format!("ledger-{n}-gc"));
         let _ = std::fs::remove_dir_all(&copy);
         let st = Command::new("cp")
@@ -199,10 +276,15 @@ fn main() {
     let mut header = vec!["command".to_string()];
     header.extend(sizes.iter().map(|n| format!("{} records", n)));
     header.push(format!("{} ÷ 10k", sizes.last().unwrap()));
-    let names = commands.iter().map(|(name, _)| *name).chain([
-        "`gc --keep 10` (one run, on a copy)",
-        "`status` after that gc",
-    ]);
+    let names = commands
+        .iter()
+        .map(|(name, _)| *name)
+        .chain([
+            "`gc --keep 10` (one run, on a copy)",
+            "`status` after that gc",
+        ])
+        .chain(before.iter().map(|(name, _)| *name))
+        .chain(["`status` after one more turn (10 Edit calls)"]);
     let rows: Vec<Vec<String>> = names
         .zip(&cells)
         .map(|(name, c)| {
