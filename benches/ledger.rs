@@ -241,7 +241,7 @@ fn main() {
                 run_with(base, &ws, args);
                 let times: Vec<Duration> = (0..runs).map(|_| run_with(base, &ws, args)).collect();
                 let m = median(times);
-                eprintln!("ledger-{n}: {name} on the baseline {}", fmt(m));
+                eprintln!("ledger-{n}: {name} {}", fmt(m));
                 cells[commands.len() + 2 + k].push(m);
             }
         }

@@ -1,41 +1,53 @@
-//! `index/view.bin`: the ledger reduced to what `status` and `diff` plan
-//! from (issue 24), so that a long history is not read and parsed whole.
+//! `index/view.bin` (and `index/view-members.bin`): the ledger reduced to
+//! what `status`, `diff` and `rollback --last/--call` plan from (issue 24),
+//! so that a long history is not read and parsed whole.
 //!
 //! The plan of taking every agent change out ([`rollback::dry_plan`] with
 //! `Selector::Everything`) depends on the records in a way that lets most
 //! of them be folded together:
-//! - A **simple** path is one that only agent patches ever touched (no
-//!   rename, no doubt between calls, no ckpt patch, no action naming it).
-//!   Every patch of it is in effect, and the planner takes them out as net
-//!   steps: consecutive patches whose before is the previous after (see
-//!   `rollback::runs`). The view keeps each such run as its net patch
-//!   (built by the same `chains_onto`/`extend_net`) and, per patch, its
-//!   seq, where its line lies, and its call (for `status`'s call lists).
+//! - Every agent patch of a path is in effect until an action names it, and
+//!   the planner takes consecutive ones out as one net step (each before
+//!   the previous after: `rollback.rs`'s `runs`). The view keeps each such
+//!   run as its net patch (built by the same `effect::chains_onto` and
+//!   `extend_net`), its newest seq and a summary of its calls (how many,
+//!   the oldest, the newest four: what `status`'s lines name); and in the
+//!   members file, per patch, its seq, where its line lies and its call.
 //!   Runs are split at `ckpt gc`'s horizon, as the planner splits them.
-//! - Every other record the plan reads is kept as its line: every patch
-//!   of a path that is not simple (a path turns complex when a rename, a
-//!   ckpt patch or an action names it; its folded patches are read back
-//!   from the ledger then), actions, conflicts, repairs, kinds this
-//!   version does not know, the checkpoints a `--to` action names, and
+//! - A path is **sealed** when a rename, a ckpt patch, doubt between calls
+//!   or an action names it: its later patches are kept whole. An action
+//!   also reads back, and keeps whole, the folded patches it names and
+//!   every later one of the path (a `--to`: all of them); those before
+//!   stay folded, the plan stepping over them as before.
+//! - Kept whole as lines: those patches, actions, conflicts, repairs,
+//!   kinds this version does not know, the checkpoints a `--to` names and
 //!   the records of calls in doubt (`status` lists them).
-//! - Checkpoints otherwise, session entries, user edits and the records of
-//!   calls that ended plainly are dropped: the plan does not read them.
+//! - Dropped: other checkpoints, session entries, user edits and the
+//!   records of calls that ended plainly. The places of the newest 4096 of
+//!   those calls and 256 checkpoints are kept, for a rollback to read back.
 //!
 //! The reduced records, planned, give the whole read's plan; the report's
-//! patch lists name a run by its last patch (`calls_of` expands them). The
-//! test `status_from_the_view_matches_the_whole_read` (tests/rollback_model.rs)
-//! compares `status --json` both ways over random histories of calls,
-//! rollbacks, undos, resolves and user edits.
+//! patch lists name a run by its last patch ([`Reduced::calls_of`] and
+//! [`Reduced::calls_tail`] expand them). A rollback of calls
+//! ([`for_rollback`]) reads back every path they changed whole, plus
+//! their calls' records and the newest checkpoints, and plans over that.
+//! The rollback model (tests/rollback_model.rs) compares `status` (both
+//! forms) and every `--call`/`--last` dry run both ways over random
+//! histories of calls, rollbacks, undos, resolves and user edits;
+//! tests/gc.rs across random collections; tests/view.rs damaged views,
+//! renames and doubt between calls.
 //!
 //! The view names the last record it folded by seq, hash and end offset.
 //! It is extended with the records appended since (read as
 //! [`Ledger::read_after`](crate::ledger::Ledger::read_after) reads them:
 //! the record still there, the rest chained to it and to `ledger.head`),
-//! and built again from a whole read when missing, damaged (its checksum),
+//! and built again from a whole read when missing, damaged (either file's
+//! checksum, or a members file that is not the one the main file names),
 //! stale (gc cut or repaired the ledger, a `--to` names a checkpoint it
-//! dropped) or when a line it names is not where it says. It is a cache:
-//! written atomically, never synced. Damage before its anchor is not seen by
-//! `status`; `ckpt verify` and every action check the whole chain.
+//! dropped) or when a line it names is not where it says (each line read
+//! back is checked on its own: hash and seq). It is a cache: written
+//! atomically, never synced, members first. Damage before its anchor is
+//! not seen by the commands that use it (as with `recover`'s cut);
+//! `ckpt verify`, and every other action, check the whole chain.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -805,6 +817,13 @@ pub fn read(ws: &Workspace, all_calls: bool) -> Result<Option<Reduced>, Workspac
         return Ok(None);
     };
     crate::timing("view: records");
+    // A ledger that starts after a cut gc did not plan (records removed
+    // by hand) is no base for a view a rollback would trust.
+    if let Some(cut) = &read.cut
+        && !records.iter().any(|r| crate::ledger::plans_cut(r, cut))
+    {
+        return Ok(None);
+    }
     if grew && read.corruption.is_none() && read.torn.is_none() {
         view.save(ws);
         crate::timing("view: saved");
