@@ -213,7 +213,10 @@ fn main() {
     let before: Vec<(&str, &[&str])> = match &baseline {
         Some(_) => vec![
             ("`status` on the baseline", &["status"]),
-            ("`rollback --last 1` on the baseline", &["rollback", "--last", "1"]),
+            (
+                "`rollback --last 1` on the baseline",
+                &["rollback", "--last", "1"],
+            ),
         ],
         None => Vec::new(),
     };

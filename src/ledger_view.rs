@@ -714,14 +714,14 @@ impl View {
         &mut self,
         ws: &Workspace,
         whole: bool,
-    ) -> Result<Option<(LedgerRead, bool)>, WorkspaceError> {
+    ) -> Result<Option<(LedgerRead, u64)>, WorkspaceError> {
         let mut seen = HashMap::new();
         let mut stuck = false;
-        let mut grew = false;
+        let mut grew = 0u64;
         let from = (!whole).then(|| self.anchor.clone());
         let read = ws.ledger().scan_from(from.as_ref(), |line, r, end| {
             if !stuck {
-                grew = true;
+                grew += 1;
                 stuck = self.fold(ws, line, &r, end, &mut seen).is_err();
             }
             Ok::<(), LedgerError>(())
@@ -824,7 +824,7 @@ pub fn read(ws: &Workspace, all_calls: bool) -> Result<Option<Reduced>, Workspac
     {
         return Ok(None);
     }
-    if grew && read.corruption.is_none() && read.torn.is_none() {
+    if grew > 0 && read.corruption.is_none() && read.torn.is_none() {
         view.save(ws);
         crate::timing("view: saved");
     }
@@ -878,12 +878,15 @@ pub(crate) fn for_rollback(
     let Some((read, grew)) = view.extend(ws, false)? else {
         return Ok(None);
     };
-    if grew {
+    crate::timing("view: extended");
+    if grew > 0 {
         view.save(ws);
+        crate::timing("view: saved");
     }
     if view.load_members(ws).is_err() {
         return Ok(None);
     }
+    crate::timing("view: members read");
     let Some((mut records, runs)) = view.records() else {
         return Ok(None);
     };
@@ -941,11 +944,27 @@ pub(crate) fn for_rollback(
         }
         spans.extend(found);
     }
-    spans.extend(view.recent_checkpoints.iter().copied());
+    crate::timing("view: calls picked");
     let Some(lines) = ws.ledger().read_lines_at(&spans)? else {
         return Ok(None);
     };
-    let read_back: Vec<Record> = lines.into_iter().map(|(_, r)| r).collect();
+    let mut read_back: Vec<Record> = lines.into_iter().map(|(_, r)| r).collect();
+    // The newest checkpoint before their changes (what git did since):
+    // read newest first until one covers less than the first of them.
+    for span in view.recent_checkpoints.iter().rev() {
+        let Some(mut ck) = ws.ledger().read_lines_at(&[*span])? else {
+            return Ok(None);
+        };
+        let Some((_, r)) = ck.pop() else {
+            return Ok(None);
+        };
+        let found = matches!(&r.body, Body::Checkpoint(k) if k.upto_seq < first);
+        read_back.push(r);
+        if found {
+            break;
+        }
+    }
+    crate::timing("view: read back");
     // Each ended call read from its start (the plan dates the directories
     // it made from it), and a checkpoint before its changes unless every
     // checkpoint is here.

@@ -329,6 +329,7 @@ pub(crate) fn rollback_locked(
     let records = plan_records(ws, &opts.selector)?;
     let id = ws.clock().new_id("act_");
     let mut report = plan(ws, cfg, &records, opts, id)?;
+    crate::timing("rollback: planned");
     report.closed = closed;
     if report.files.is_empty() && matches!(opts.selector, Selector::Undo | Selector::Redo) {
         // Nothing to undo or redo: nothing recorded.
