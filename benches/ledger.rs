@@ -77,19 +77,7 @@ fn history(records: usize) -> PathBuf {
         }
         let i = (calls * 7919) % FILES;
         version[i] += 1;
-        let rel = ws
-            .rel_path(format!("src/m{}/f{i}.rs", i % 20).as_bytes(), None)
-            .unwrap();
-        let mut call = ws
-            .begin_call(CallOptions {
-                tool: "Edit".into(),
-                session: Some("bench".into()),
-                paths: vec![rel.clone()],
-                ..Default::default()
-            })
-            .unwrap();
-        call.write_file(&rel, &body(i, version[i])).unwrap();
-        call.finish(CallStatus::Succeeded, None).unwrap();
+        edit(&ws, i, &body(i, version[i]));
         calls += 1;
         if calls.is_multiple_of(20_000) {
             eprintln!(
@@ -134,23 +122,27 @@ fn one_more_turn(ws: &Path, r: usize) {
     .unwrap();
     for c in 0..CALLS_PER_TURN {
         let i = (r * CALLS_PER_TURN + c) * 13 % FILES;
-        let rel = w
-            .rel_path(format!("src/m{}/f{i}.rs", i % 20).as_bytes(), None)
-            .unwrap();
-        let now = std::fs::read(ws.join(format!("src/m{}/f{i}.rs", i % 20))).unwrap();
-        let mut call = w
-            .begin_call(CallOptions {
-                tool: "Edit".into(),
-                session: Some("bench".into()),
-                paths: vec![rel.clone()],
-                ..Default::default()
-            })
-            .unwrap();
-        let mut next = now;
+        let mut next = std::fs::read(ws.join(format!("src/m{}/f{i}.rs", i % 20))).unwrap();
         next.extend_from_slice(format!("// extra {r}.{c}\n").as_bytes());
-        call.write_file(&rel, &next).unwrap();
-        call.finish(CallStatus::Succeeded, None).unwrap();
+        edit(&w, i, &next);
     }
+}
+
+/// One Edit call writing `bytes` to file `i`.
+fn edit(ws: &Workspace, i: usize, bytes: &[u8]) {
+    let rel = ws
+        .rel_path(format!("src/m{}/f{i}.rs", i % 20).as_bytes(), None)
+        .unwrap();
+    let mut call = ws
+        .begin_call(CallOptions {
+            tool: "Edit".into(),
+            session: Some("bench".into()),
+            paths: vec![rel.clone()],
+            ..Default::default()
+        })
+        .unwrap();
+    call.write_file(&rel, bytes).unwrap();
+    call.finish(CallStatus::Succeeded, None).unwrap();
 }
 
 /// One whole `ckpt` process in `ws`; its wall time. Panics if it fails.

@@ -786,7 +786,7 @@ fn push_patch(runs: &mut Vec<Run>, m: Member, p: &FilePatch, horizon: u64) {
 /// ([`Reduced::calls_of`]; else only [`Reduced::calls_tail`] answers).
 /// `None` when no view can be had (a `--to` names a checkpoint before the
 /// ledger's cut, say): the caller reads the whole ledger.
-pub fn read(ws: &Workspace, all_calls: bool) -> Result<Option<Reduced>, WorkspaceError> {
+fn read(ws: &Workspace, all_calls: bool) -> Result<Option<Reduced>, WorkspaceError> {
     let mut view = View::load(ws).unwrap_or_default();
     crate::timing("view: loaded");
     let mut got = None;

@@ -395,37 +395,29 @@ pub fn copy_workspace(env: &TestEnv) -> TestEnv {
     other
 }
 
-/// `ckpt status` (`--json` and lines) and `ckpt diff` planned from the reduced view
+/// `ckpt status` (`--json`, and its lines, which name a file's newest calls
+/// from the view's summaries) and `ckpt diff` planned from the reduced view
 /// (`index/view.bin`) say byte for byte what the whole read says
-/// (`CKPT_TEST_NO_VIEW`).
+/// (`CKPT_TEST_NO_VIEW`). Returns the whole read's `status --json`.
 pub fn status_view_agrees(env: &TestEnv, when: &str) -> serde_json::Value {
-    let whole = env.ckpt_env(&["status", "--json"], &[("CKPT_TEST_NO_VIEW", "1")]);
-    let view = env.ckpt(&["status", "--json"]);
-    assert_eq!(
-        whole.code, 0,
-        "{when}: status (whole read): {}",
-        whole.stderr
-    );
-    assert_eq!(
-        view.stdout, whole.stdout,
-        "{when}: status from the view (left) differs from the whole read's: {}",
-        view.stderr
-    );
-    // The lines name a file's newest calls from the view's summaries.
-    let whole_text = env.ckpt_env(&["status"], &[("CKPT_TEST_NO_VIEW", "1")]);
-    let view_text = env.ckpt(&["status"]);
-    assert_eq!(
-        view_text.stdout, whole_text.stdout,
-        "{when}: status's lines from the view (left) differ from the whole read's: {}",
-        view_text.stderr
-    );
-    let whole_diff = env.ckpt_env(&["diff"], &[("CKPT_TEST_NO_VIEW", "1")]);
-    let view_diff = env.ckpt(&["diff"]);
-    assert_eq!(
-        (view_diff.code, &view_diff.stdout),
-        (whole_diff.code, &whole_diff.stdout),
-        "{when}: diff from the view (left) differs from the whole read's: {}",
-        view_diff.stderr
-    );
-    whole.json()
+    let mut doc = serde_json::Value::Null;
+    for args in [&["status", "--json"][..], &["status"], &["diff"]] {
+        let whole = env.ckpt_env(args, &[("CKPT_TEST_NO_VIEW", "1")]);
+        let view = env.ckpt(args);
+        assert_eq!(
+            whole.code, 0,
+            "{when}: {args:?} (whole read): {}",
+            whole.stderr
+        );
+        assert_eq!(
+            (view.code, &view.stdout),
+            (whole.code, &whole.stdout),
+            "{when}: {args:?} from the view (left) differs from the whole read's: {}",
+            view.stderr
+        );
+        if doc.is_null() {
+            doc = whole.json();
+        }
+    }
+    doc
 }
